@@ -1,0 +1,16 @@
+"""orchestrator: declarative job specs for GPU and CPU compute on Dask.
+
+The stages (DESIGN §2)::
+
+    load -> validate -> place -> memory -> compile -> execute -> report
+
+The Python API lives in :mod:`orchestrator.api`.
+"""
+
+try:
+    from .api import Checked, check_file, plan_file, validate_file
+except ImportError: pass
+from .devices import DeviceSpec
+
+__all__ = ["Checked", "DeviceSpec", "check_file", "plan_file", "validate_file"]
+__version__ = "0.1.0"

@@ -1,0 +1,141 @@
+"""``orchestrate``: parse arguments, call the API, render, return an exit code.
+
+Exit codes: 0 ok; 1 the spec is invalid or the run failed; 2 usage error.
+No traceback reaches the user unless ``--debug`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from typing import Callable, Sequence, TextIO
+
+from . import api, report
+from .atomic import write_bytes, write_text
+from .errors import OrchestratorError, UsageError
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+def _version() -> str:
+    try:
+        return version("orchestrator")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits; we return exit codes instead
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="orchestrate", description="Declarative job specs for GPU and CPU compute on Dask.")
+    parser.add_argument("--version", action="version", version=f"orchestrate {_version()}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("validate", help="check specs; executes nothing (for CI and pre-commit)",
+                       description="Check specs against the schema, the cluster, placement and memory limits. "
+                                   "Never imports user code, never starts a cluster.")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--format", choices=sorted(report.DIAGNOSTIC_FORMATS), default="text",
+                   help="text (default), json, or github (GitHub Actions annotations)")
+    p.add_argument("--strict", action="store_true", help="warnings fail too")
+    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(handler=cmd_validate)
+
+    p = sub.add_parser("plan", help="where every op runs, why, and memory per device",
+                       description="Place every op and estimate peak memory per device. "
+                                   "Never imports user code, never starts a cluster.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--dot", metavar="FILE", help="write a Graphviz graph: .dot, or .svg/.png (needs 'dot')")
+    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(handler=cmd_plan)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of the spec language",
+                       description="Print the JSON Schema (2020-12) of spec files, for editors and CI.")
+    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(handler=cmd_schema)
+    return parser
+
+
+def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
+    results = [api.check_file(path) for path in args.files]
+    files = [(r.file, r.diagnostics) for r in results]
+    out.write(report.DIAGNOSTIC_FORMATS[args.format](files))
+    return EXIT_OK if all(r.ok(args.strict) for r in results) else EXIT_INVALID
+
+
+def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
+    checked = api.check_file(args.file)
+    if checked.errors or checked.plan is None:
+        sys.stderr.write(report.diagnostics_text([(checked.file, checked.diagnostics)]))
+        return EXIT_INVALID
+    for d in checked.warnings:
+        sys.stderr.write(d.render() + "\n")
+    if args.dot:
+        _write_dot(args.dot, report.plan_dot(checked.plan))
+    out.write(report.PLAN_FORMATS[args.format](checked.plan))
+    return EXIT_OK
+
+
+def _write_dot(target: str, dot_source: str) -> None:
+    suffix = target.rsplit(".", 1)[-1].lower() if "." in target else ""
+    if suffix not in ("svg", "png"):
+        write_text(target, dot_source)
+        return
+    exe = shutil.which("dot")
+    if exe is None:
+        raise UsageError(f"cannot render {target}: Graphviz 'dot' is not installed (write a .dot file instead)")
+    done = subprocess.run([exe, f"-T{suffix}"], input=dot_source.encode(), capture_output=True, timeout=120)
+    if done.returncode != 0:
+        raise UsageError(f"dot failed to render {target}: {done.stderr.decode(errors='replace').strip()}")
+    write_bytes(target, done.stdout)
+
+
+def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
+    from .validate import schema_text
+
+    out.write(schema_text())
+    if not schema_text().endswith("\n"):
+        out.write("\n")
+    return EXIT_OK
+
+
+def run_cli(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command is None:
+            build_parser().print_help(out)
+            return EXIT_USAGE
+        handler: Callable[[argparse.Namespace, TextIO], int] = args.handler
+        return handler(args, out)
+    except UsageError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return EXIT_USAGE
+    except OrchestratorError as exc:
+        if debug:
+            raise
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_INVALID
+    except SystemExit as exc:  # argparse's --help and --version
+        return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    except Exception as exc:  # a bug of ours: say so briefly, never a traceback without --debug
+        if debug:
+            raise
+        sys.stderr.write(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)\n")
+        return EXIT_INVALID
+
+
+def main() -> None:
+    sys.exit(run_cli())

@@ -1,0 +1,227 @@
+"""Device strings and specs, after TensorFlow's ``tf.DeviceSpec``.
+
+Grammar: ``/job:NAME/replica:N/task:N/device:TYPE:N``. Every field is optional,
+the leading ``/`` too; ``/cpu:0`` and ``/gpu:1`` are short for
+``/device:CPU:0`` and ``/device:GPU:1``. The type is case-insensitive (stored
+upper case, ``CPU`` or ``GPU``); the index is an integer, ``*`` (:data:`ANY`)
+or absent (``/device:GPU``). ``""`` sets nothing.
+
+Merging follows nested ``tf.device`` scopes: ``outer.merge(inner)`` keeps
+``outer``'s fields except those ``inner`` sets. A type given without an index
+keeps the outer index only when the type is the same; a type change drops it,
+since GPU 1 says nothing about CPU 1. ``merge`` is associative except when
+that drop happens in the middle (``gpu:1 . cpu:0 . device:GPU`` gives ``GPU``
+left to right but ``GPU:1`` right to left); scopes always fold outermost first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Final, Literal, NoReturn
+
+from .errors import DeviceSpecError
+
+__all__ = ["ANY", "DeviceIndex", "DeviceSpec", "canonical_device"]
+
+ANY: Final = "*"
+DeviceIndex = int | Literal["*"]
+
+_TYPES: Final = ("CPU", "GPU")
+_FIELDS: Final = ("job", "replica", "task", "device_type", "device_index")
+_JOB_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+# Real TensorFlow types we do not run: naming them beats "unknown field 'tpu'".
+_FOREIGN_TYPES: Final = frozenset({"TPU", "TPU_SYSTEM", "XLA_CPU", "XLA_GPU", "XLA_TPU_JIT"})
+
+
+def _is_count(value: object) -> bool:
+    return type(value) is int and value >= 0  # bool is not a count
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSpec:
+    """A possibly partial device name; unset fields are ``None``."""
+
+    job: str | None = None
+    replica: int | None = None
+    task: int | None = None
+    device_type: str | None = None
+    device_index: DeviceIndex | None = None
+
+    def __post_init__(self) -> None:
+        if self.job is not None and not (type(self.job) is str and _JOB_RE.fullmatch(self.job)):
+            _invalid(f"job must match {_JOB_RE.pattern}, got {self.job!r}")
+        if self.replica is not None and not _is_count(self.replica):
+            _invalid(f"replica must be a non-negative integer, got {self.replica!r}")
+        if self.task is not None and not _is_count(self.task):
+            _invalid(f"task must be a non-negative integer, got {self.task!r}")
+        if self.device_type is not None and self.device_type not in _TYPES:
+            _invalid(f"device_type must be 'CPU' or 'GPU', got {self.device_type!r}")
+        if self.device_index is not None:
+            if self.device_index != ANY and not _is_count(self.device_index):
+                _invalid(f"device_index must be a non-negative integer or '*', got {self.device_index!r}")
+            if self.device_type is None:  # the grammar cannot write an index without a type
+                _invalid("device_index needs a device_type")
+
+    def __repr__(self) -> str:
+        return f"DeviceSpec({self.to_string()!r})"
+
+    @classmethod
+    def parse(cls, text: str) -> DeviceSpec:
+        """Parse a device string; raises :class:`DeviceSpecError` quoting it."""
+        if not isinstance(text, str):
+            raise DeviceSpecError(f"device must be a string, got {type(text).__name__}")
+        return _parse(text.strip())
+
+    def to_string(self) -> str:
+        """Canonical long form of the set fields: ``/job:ps/task:1/device:GPU:0``."""
+        out = ""
+        if self.job is not None:
+            out += f"/job:{self.job}"
+        if self.replica is not None:
+            out += f"/replica:{self.replica}"
+        if self.task is not None:
+            out += f"/task:{self.task}"
+        if self.device_type is not None:
+            out += f"/device:{self.short()}"
+        return out
+
+    __str__ = to_string
+
+    def merge(self, inner: DeviceSpec) -> DeviceSpec:
+        """``self`` as an outer scope, ``inner`` nested in it: fields ``inner`` sets win."""
+        device_type, index = self.device_type, self.device_index
+        if inner.device_type is not None:
+            if inner.device_index is not None or inner.device_type != device_type:
+                index = inner.device_index
+            device_type = inner.device_type
+        return DeviceSpec(
+            inner.job if inner.job is not None else self.job,
+            inner.replica if inner.replica is not None else self.replica,
+            inner.task if inner.task is not None else self.task,
+            device_type,
+            index,
+        )
+
+    def fill(self, defaults: DeviceSpec) -> DeviceSpec:
+        """Take the fields ``self`` leaves unset from ``defaults``."""
+        return defaults.merge(self)
+
+    def replace(self, **fields: object) -> DeviceSpec:
+        unknown = sorted(set(fields) - set(_FIELDS))
+        if unknown:
+            raise DeviceSpecError(f"unknown DeviceSpec field {unknown[0]!r} (expected {', '.join(_FIELDS)})")
+        return dataclasses.replace(self, **fields)  # type: ignore[arg-type]
+
+    def set_fields(self) -> tuple[str, ...]:
+        return tuple(name for name in _FIELDS if getattr(self, name) is not None)
+
+    def unset_fields(self) -> tuple[str, ...]:
+        return tuple(name for name in _FIELDS if getattr(self, name) is None)
+
+    @property
+    def is_empty(self) -> bool:
+        return self == _EMPTY
+
+    @property
+    def is_complete(self) -> bool:
+        return not self.unset_fields()
+
+    @property
+    def is_any_index(self) -> bool:
+        return self.device_index == ANY
+
+    def matches(self, device: DeviceSpec) -> bool:
+        """``self`` as a pattern: every field it sets is set equal in ``device``."""
+        for name in _FIELDS:
+            want = getattr(self, name)
+            if want is None:
+                continue
+            have = getattr(device, name)
+            if have is None or (want != have and not (name == "device_index" and want == ANY)):
+                return False
+        return True
+
+    def task_spec(self) -> DeviceSpec:
+        return DeviceSpec(self.job, self.replica, self.task)
+
+    def short(self) -> str:
+        """``GPU:0``, ``CPU:*``, ``GPU`` (no index) or ``""`` (no type)."""
+        if self.device_type is None:
+            return ""
+        if self.device_index is None:
+            return self.device_type
+        return f"{self.device_type}:{self.device_index}"
+
+
+_EMPTY: Final = DeviceSpec()
+
+
+def canonical_device(
+    job: str, task: int, device_type: str, index: DeviceIndex, replica: int = 0
+) -> DeviceSpec:
+    """A complete spec from parts, without parsing; the type may be any case."""
+    kind = device_type.upper() if isinstance(device_type, str) else device_type
+    return DeviceSpec(job, replica, task, kind, index)
+
+
+def _invalid(reason: str) -> NoReturn:
+    raise DeviceSpecError(f"invalid DeviceSpec: {reason}")
+
+
+@lru_cache(maxsize=4096)  # specs with 100k ops repeat a handful of strings
+def _parse(text: str) -> DeviceSpec:
+    def fail(reason: str) -> DeviceSpecError:
+        return DeviceSpecError(f"invalid device string '{text}': {reason}")
+
+    def count(name: str, value: str, extra: str = "") -> int:
+        if not (value.isascii() and value.isdigit()):
+            raise fail(f"{name} must be a non-negative integer{extra}")
+        return int(value)
+
+    if not text:
+        return _EMPTY
+    found: dict[str, object] = {}
+    for part in text.removeprefix("/").split("/"):
+        if not part:
+            raise fail("empty field (stray '/')")
+        key, *values = part.split(":")
+        name = key.lower()
+        if name in ("job", "replica", "task"):
+            if len(values) != 1:
+                raise fail(f"expected {name}:{'NAME' if name == 'job' else 'N'}")
+            if name in found:
+                raise fail(f"field '{name}' given more than once")
+            if name != "job":
+                found[name] = count(name, values[0])
+            elif not values[0]:
+                raise fail("job name must not be empty")
+            elif not _JOB_RE.fullmatch(values[0]):
+                raise fail(f"job name '{values[0]}' must match {_JOB_RE.pattern}")
+            else:
+                found[name] = values[0]
+            continue
+        if name == "device":
+            if not 1 <= len(values) <= 2:
+                raise fail("expected device:TYPE or device:TYPE:N")
+            kind, values = values[0].upper(), values[1:]
+        elif key.upper() in _TYPES or key.upper() in _FOREIGN_TYPES:
+            if len(values) > 1:
+                raise fail(f"expected {key} or {key}:N")
+            kind = key.upper()
+        else:
+            raise fail(f"unknown field '{key}' (expected job, replica, task, device, cpu or gpu)")
+        if not kind:
+            raise fail("device type must not be empty (expected CPU or GPU)")
+        if kind not in _TYPES:
+            raise fail(f"unknown device type '{kind}' (expected CPU or GPU)")
+        if "device_type" in found:
+            if found["device_type"] != kind:
+                raise fail(f"more than one device type ({found['device_type']} and {kind})")
+            raise fail("field 'device' given more than once")
+        found["device_type"] = kind
+        if values:
+            found["device_index"] = ANY if values[0] == ANY else count("device index", values[0], " or '*'")
+    return DeviceSpec(**found)  # type: ignore[arg-type]

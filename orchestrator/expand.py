@@ -1,0 +1,289 @@
+"""Expansion of constructs (scope, replicate, sweep, iterate) into plain ops.
+
+The graph a user writes nests; every later stage wants a flat list of
+:class:`~orchestrator.model.Op` in graph order. Names are stable and readable:
+
+* ``scope`` adds its device to the device chain of every op inside; names are
+  unchanged (as TF's ``tf.device`` does not touch names).
+* ``replicate`` named ``towers`` makes ``towers/<i>/<op>`` for each copy,
+  ``towers/split/<x>`` for each split input (``:i`` is copy i's piece) and
+  ``towers.<out>`` for each combined output.
+* ``sweep`` named ``hp`` makes ``hp/<i>/<op>`` per value, ``hp/<i>/<param>``
+  (the value as a scalar op), and with ``select`` ``hp.best`` (the best
+  value) and ``hp.<op>`` (that op's value in the best copy, made only when
+  something refers to it).
+* ``iterate`` named ``train`` plans one step: ``train/<op>`` for the body,
+  ``train/<state>`` for each carried state (it lives on its initial value's
+  device), ``train.<state>`` for the final state and ``train.<metric>`` for a
+  metric's series over the steps.
+
+Inside a body, a name that the body defines refers to the copy's own op;
+any other name refers to the enclosing graph. The expansion parses device
+strings but judges nothing else: checks belong to ``validate``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from .devices import DeviceSpec
+from .errors import DeviceSpecError, Diagnostic, YamlPath
+from .model import Cluster, DeviceRequest, Document, Loop, Op, OpRef, StateVar
+from .ops import COMMON_KEYS
+
+CONSTRUCTS = ("scope", "replicate", "iterate", "sweep")
+COMBINE_KIND = {"add_n": "add_n", "mean": "mean_n", "concat": "concat"}
+
+
+@dataclass(frozen=True)
+class Expansion:
+    ops: tuple[Op, ...]
+    loops: tuple[Loop, ...]
+    diagnostics: tuple[Diagnostic, ...]
+
+
+Resolver = Callable[[str], OpRef]
+
+
+def parse_ref(text: str) -> OpRef:
+    """``name`` or ``name:i`` (output i of a multi-output op)."""
+    name, sep, index = text.rpartition(":")
+    if sep and index.isdigit() and name:
+        return OpRef(name, int(index))
+    return OpRef(text)
+
+
+@dataclass
+class _Expander:
+    doc: Document
+    cluster: Cluster | None
+    ops: list[Op] = field(default_factory=list)
+    loops: list[Loop] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    pick_candidates: set[str] = field(default_factory=set)
+
+    # ------------------------------------------------------------------ helpers
+
+    def device(self, text: Any, path: YamlPath, source: str) -> DeviceRequest | None:
+        try:
+            return DeviceRequest(DeviceSpec.parse(str(text)), source, path)
+        except DeviceSpecError as exc:
+            self.diagnostics.append(self.doc.diagnostic(
+                "device-syntax", path, str(exc),
+                "write /job:NAME/task:N/device:CPU:0, /gpu:1 or GPU:1"))
+            return None
+
+    def device_list(self, spec: Any, path: YamlPath, source: str) -> list[DeviceRequest]:
+        if isinstance(spec, list):
+            found = [self.device(text, (*path, i), source) for i, text in enumerate(spec)]
+            return [d for d in found if d is not None]
+        pattern = self.device(spec, path, source)
+        if pattern is None or self.cluster is None:
+            return []
+        matches = self.cluster.matching(pattern.spec)
+        if not matches:
+            self.diagnostics.append(self.doc.diagnostic(
+                "device-pattern", path, f"device pattern '{spec}' matches no device of the cluster",
+                "list devices explicitly or add GPUs to a job"))
+        return [DeviceRequest(d.spec, source, path) for d in matches]
+
+    @staticmethod
+    def local_names(items: Sequence[Any]) -> set[str]:
+        """Names a body defines at its own level, including names constructs export."""
+        names: set[str] = set()
+        for item in items:
+            if not isinstance(item, dict):
+                continue
+            if "scope" in item:
+                names |= _Expander.local_names(item.get("ops") or [])
+            elif "replicate" in item:
+                combine = (item.get("replicate") or {}).get("combine") or {}
+                names |= {f"{item.get('name')}.{out}" for out in combine}
+            elif "iterate" in item:
+                body = item.get("iterate") or {}
+                names |= {f"{item.get('name')}.{k}" for k in list(body.get("state") or {}) + list(body.get("metrics") or {})}
+            elif "sweep" in item:
+                body = item.get("sweep") or {}
+                names.add(f"{item.get('name')}.best")
+                names |= {f"{item.get('name')}.{n}" for n in _Expander.local_names(body.get("body") or [])}
+            elif "name" in item:
+                names.add(str(item["name"]))
+        return names
+
+    @staticmethod
+    def scoped(prefix: str, local: set[str], subs: Mapping[str, OpRef], outer: Resolver) -> Resolver:
+        def resolve(text: str) -> OpRef:
+            ref = parse_ref(text)
+            if ref.op in subs:
+                sub = subs[ref.op]
+                return sub if ref.output is None else OpRef(sub.op, ref.output)
+            if ref.op in local:
+                return OpRef(prefix + ref.op, ref.output)
+            return outer(text)
+        return resolve
+
+    # ------------------------------------------------------------------ items
+
+    def items(self, items: Sequence[Any], path: YamlPath, prefix: str,
+              chain: tuple[DeviceRequest, ...], resolve: Resolver, group: str | None) -> None:
+        for index, item in enumerate(items):
+            here = (*path, index)
+            if "scope" in item:
+                req = self.device(item["scope"], (*here, "scope"), "scope")
+                self.items(item.get("ops") or [], (*here, "ops"), prefix,
+                           chain + ((req,) if req else ()), resolve, group)
+            elif "replicate" in item:
+                self.replicate(item, here, prefix, chain, resolve)
+            elif "iterate" in item:
+                self.iterate(item, here, prefix, chain, resolve)
+            elif "sweep" in item:
+                self.sweep(item, here, prefix, chain, resolve)
+            else:
+                self.op(item, here, prefix, chain, resolve, group)
+
+    def op(self, item: Mapping[str, Any], path: YamlPath, prefix: str,
+           chain: tuple[DeviceRequest, ...], resolve: Resolver, group: str | None) -> None:
+        raw_inputs = item.get("inputs") or []
+        keys: tuple[str, ...] | None = None
+        if isinstance(raw_inputs, dict):
+            keys = tuple(raw_inputs)
+            refs = tuple(resolve(str(v)) for v in raw_inputs.values())
+        else:
+            refs = tuple(resolve(str(v)) for v in raw_inputs)
+        if "device" in item:
+            req = self.device(item["device"], (*path, "device"), "op")
+            chain = chain + ((req,) if req else ())
+        params = {k: v for k, v in item.items() if k not in COMMON_KEYS}
+        self.ops.append(Op(
+            name=prefix + str(item["name"]), kind=str(item["op"]), inputs=refs, params=params, path=path,
+            input_keys=keys, device_chain=chain, after=tuple(str(resolve(str(a))) for a in item.get("after") or []),
+            tags=tuple(item.get("tags") or ()), retries=int(item.get("retries", 0)),
+            timeout=item.get("timeout"), group=group, outputs=_output_count(item),
+        ))
+
+    def replicate(self, item: Mapping[str, Any], path: YamlPath, prefix: str,
+                  chain: tuple[DeviceRequest, ...], resolve: Resolver) -> None:
+        name, spec = prefix + str(item["name"]), item["replicate"]
+        rpath = (*path, "replicate")
+        devices = self.device_list(spec["devices"], (*rpath, "devices"), f"replicate '{name}'")
+        if not devices:
+            return
+        subs_per_copy: list[dict[str, OpRef]] = [{} for _ in devices]
+        for x, axis in (spec.get("split") or {}).items():
+            split_name = f"{name}/split/{x}"
+            source = resolve(str(x))
+            self.ops.append(Op(split_name, "split", (source,), {"num": len(devices), "axis": axis},
+                               (*rpath, "split", x), device_chain=chain, colocate_with=source,
+                               group=name, outputs=len(devices)))
+            for i, subs in enumerate(subs_per_copy):
+                subs[str(x)] = OpRef(split_name, i)
+        body = spec["body"]
+        local = self.local_names(body)
+        for i, req in enumerate(devices):
+            copy_prefix = f"{name}/{i}/"
+            inner = self.scoped(copy_prefix, local, subs_per_copy[i], resolve)
+            self.items(body, (*rpath, "body"), copy_prefix, chain + (req,), inner, name)
+        combine_chain = chain
+        if "combine_device" in spec:
+            req = self.device(spec["combine_device"], (*rpath, "combine_device"), f"replicate '{name}' combine_device")
+            combine_chain = chain + ((req,) if req else ())
+        for out, how in (spec.get("combine") or {}).items():
+            refs = tuple(OpRef(f"{name}/{i}/{out}") for i in range(len(devices)))
+            params = {"axis": 0} if how == "concat" else {}
+            self.ops.append(Op(f"{name}.{out}", COMBINE_KIND[how], refs, params, (*rpath, "combine", out),
+                               device_chain=combine_chain, group=name))
+
+    def sweep(self, item: Mapping[str, Any], path: YamlPath, prefix: str,
+              chain: tuple[DeviceRequest, ...], resolve: Resolver) -> None:
+        name, spec = prefix + str(item["name"]), item["sweep"]
+        spath = (*path, "sweep")
+        param, values, body = str(spec["param"]), list(spec["values"]), spec["body"]
+        devices = self.device_list(spec["devices"], (*spath, "devices"), f"sweep '{name}'") \
+            if "devices" in spec else []
+        local = self.local_names(body) | {param}
+        for i, value in enumerate(values):
+            copy_prefix = f"{name}/{i}/"
+            copy_chain = chain + ((devices[i % len(devices)],) if devices else ())
+            self.ops.append(Op(copy_prefix + param, "constant", (), {"value": value}, (*spath, "values", i),
+                               device_chain=copy_chain, group=name))
+            self.items(body, (*spath, "body"), copy_prefix, copy_chain,
+                       self.scoped(copy_prefix, local, {}, resolve), name)
+        select = spec.get("select")
+        if not select:
+            return
+        mode, metric = next(iter(select.items()))
+        metrics = tuple(OpRef(f"{name}/{i}/{metric}") for i in range(len(values)))
+        sel_path = (*spath, "select", mode)
+        self.ops.append(Op(f"{name}.best", "select", metrics, {"mode": mode, "values": values}, sel_path,
+                           device_chain=chain, group=name))
+        for local_name in sorted(self.local_names(body)):
+            picks = tuple(OpRef(f"{name}/{i}/{local_name}") for i in range(len(values)))
+            self.ops.append(Op(f"{name}.{local_name}", "pick", metrics + picks, {"mode": mode, "n": len(values)},
+                               sel_path, device_chain=chain, group=name))
+            self.pick_candidates.add(f"{name}.{local_name}")
+
+    def iterate(self, item: Mapping[str, Any], path: YamlPath, prefix: str,
+                chain: tuple[DeviceRequest, ...], resolve: Resolver) -> None:
+        name, spec = prefix + str(item["name"]), item["iterate"]
+        ipath = (*path, "iterate")
+        body, state, update = spec["body"], dict(spec["state"]), dict(spec["update"])
+        step_prefix = f"{name}/"
+        first = len(self.ops)
+        subs: dict[str, OpRef] = {}
+        for var, init in state.items():
+            init_ref = resolve(str(init))
+            placeholder = step_prefix + var
+            self.ops.append(Op(placeholder, "state", (init_ref,), {}, (*ipath, "state", var),
+                               device_chain=chain, colocate_with=init_ref, group=name))
+            subs[var] = OpRef(placeholder)
+        local = self.local_names(body)
+        inner = self.scoped(step_prefix, local, subs, resolve)
+        self.items(body, (*ipath, "body"), step_prefix, chain, inner, name)
+        state_vars = []
+        for var, init in state.items():
+            target = update.get(var)
+            update_ref = inner(str(target)) if target is not None else subs[var]
+            state_vars.append(StateVar(var, resolve(str(init)), subs[var].op, update_ref))
+            where = (*ipath, "update", var) if target is not None else (*ipath, "state", var)
+            self.ops.append(Op(f"{name}.{var}", "identity", (update_ref,), {}, where,
+                               colocate_with=update_ref, group=name))
+        for var in update:
+            if var not in state:
+                self.diagnostics.append(self.doc.diagnostic(
+                    "unknown-state", (*ipath, "update", var), f"update names '{var}', which is not a state variable",
+                    f"state variables: {', '.join(state)}", key=True))
+        metrics = []
+        for metric, target in (spec.get("metrics") or {}).items():
+            ref = inner(str(target))
+            metrics.append((metric, ref))
+            self.ops.append(Op(f"{name}.{metric}", "series", (ref,), {"steps": int(spec["steps"])},
+                               (*ipath, "metrics", metric), colocate_with=ref, group=name))
+        body_names = tuple(op.name for op in self.ops[first:] if op.name.startswith(step_prefix))
+        self.loops.append(Loop(name, int(spec["steps"]), int(spec.get("window", 50)), tuple(state_vars),
+                               body_names, tuple(metrics), ipath))
+
+
+def _output_count(item: Mapping[str, Any]) -> int:
+    if item.get("op") == "split":
+        return int(item.get("num", 1))
+    if item.get("op") == "call":
+        return int(item.get("outputs", 1))
+    return 1
+
+
+def expand(doc: Document, graph: Sequence[Any], cluster: Cluster | None) -> Expansion:
+    """Flatten the (schema-valid) graph into plain ops in graph order."""
+    expander = _Expander(doc, cluster)
+    expander.items(graph, ("graph",), "", (), parse_ref, None)
+    ops = _prune_unused_picks(expander.ops, expander.pick_candidates, doc)
+    return Expansion(tuple(ops), tuple(expander.loops), tuple(expander.diagnostics))
+
+
+def _prune_unused_picks(ops: list[Op], candidates: set[str], doc: Document) -> list[Op]:
+    """``sweep.<op>`` values move every copy's value to one device: keep only those used."""
+    if not candidates:
+        return ops
+    used = {ref.op for op in ops for ref in op.inputs} | {a for op in ops for a in op.after}
+    used |= {parse_ref(str(k)).op for k in (doc.data.get("outputs") or {})}
+    return [op for op in ops if op.name not in candidates or op.name in used]

@@ -1,0 +1,389 @@
+"""Frozen records passed between the stages.
+
+Stages depend on these types and never on each other: ``load`` makes a
+:class:`Document`, ``validate`` turns it into a :class:`Spec`, ``place`` makes a
+:class:`Plan`, ``compile`` a :class:`CompiledGraph`, ``execute`` a
+:class:`RunResult`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any, Callable, Mapping
+
+from .devices import DeviceSpec
+from .errors import Diagnostic, Severity, YamlPath
+
+Position = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Document:
+    """A loaded YAML file: plain data plus a lazy way back to line and column.
+
+    ``locate_fn(path, key)`` returns the 1-based (line, column) of the node at
+    ``path`` (of its key when ``key`` is true and the last part is a mapping
+    key); a path that does not exist resolves to its nearest existing ancestor.
+    It is only called when a diagnostic needs a position.
+    """
+
+    file: str
+    data: Mapping[str, Any]
+    locate_fn: Callable[[YamlPath, bool], Position] = field(compare=False, repr=False)
+    directory: str = "."
+
+    def locate(self, path: YamlPath, key: bool = False) -> Position:
+        return self.locate_fn(tuple(path), key)
+
+    def diagnostic(
+        self,
+        code: str,
+        path: YamlPath,
+        message: str,
+        hint: str = "",
+        severity: Severity = "error",
+        key: bool = False,
+    ) -> Diagnostic:
+        line, column = self.locate(path, key)
+        return Diagnostic(code, self.file, line, column, tuple(path), message, hint, severity)
+
+
+# --------------------------------------------------------------------------- spec
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """Memory settings of each logical GPU of a job (TF per-process GPU options)."""
+
+    limit: int | None = None
+    fraction: float | None = None
+    growth: bool = False
+    total: int = 16 * 2**30
+
+    def per_logical_gpu(self, virtual_gpus: int) -> int:
+        """The enforced cap of one logical GPU: explicit limit, else its share of the fraction/total."""
+        if self.limit is not None:
+            return self.limit
+        share = self.fraction if self.fraction is not None else 1.0
+        return int(self.total * share) // virtual_gpus
+
+    @property
+    def reserve_at_start(self) -> bool:
+        """TF's default: a fixed limit without growth is allocated up front."""
+        return not self.growth and (self.limit is not None or self.fraction is not None)
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    tasks: int
+    addresses: tuple[str, ...]
+    cpu_threads: int
+    memory_limit: int | None
+    physical_gpus: tuple[int, ...]
+    virtual_gpus: int
+    gpu_memory: GpuMemory
+    path: YamlPath
+
+    @property
+    def logical_gpus(self) -> int:
+        return len(self.physical_gpus) * self.virtual_gpus
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device of the cluster; on Dask, one worker process named ``name``."""
+
+    spec: DeviceSpec
+    threads: int
+    memory_limit: int | None
+    physical_gpu: int | None = None
+    reserve_at_start: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.spec.to_string()
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.spec.device_type == "GPU"
+
+
+@dataclass(frozen=True)
+class Tls:
+    ca_file: str
+    cert: str
+    key: str
+
+
+@dataclass(frozen=True)
+class Cluster:
+    jobs: tuple[Job, ...]
+    devices: tuple[Device, ...]
+    default_job: str
+    scheduler: str = "local"
+    gpu_backend: str = "auto"
+    dashboard: str | None = ":0"
+    tls: Tls | None = None
+
+    def job(self, name: str | None) -> Job | None:
+        return next((j for j in self.jobs if j.name == name), None)
+
+    def device(self, name: str) -> Device | None:
+        return self._by_name.get(name)
+
+    @property
+    def _by_name(self) -> dict[str, Device]:
+        cache = self.__dict__.get("_device_index")
+        if cache is None:
+            cache = {d.name: d for d in self.devices}
+            object.__setattr__(self, "_device_index", cache)
+        return cache
+
+    def matching(self, pattern: DeviceSpec) -> tuple[Device, ...]:
+        return tuple(d for d in self.devices if pattern.matches(d.spec))
+
+
+@dataclass(frozen=True)
+class Rule:
+    index: int
+    ops: tuple[str, ...]
+    name_glob: str | None
+    tags: tuple[str, ...]
+    device: DeviceSpec | None
+    round_robin: DeviceSpec | None
+    by: str
+    path: YamlPath
+
+    def describe(self) -> str:
+        return f"rule {self.index + 1}"
+
+    def matches(self, op: "Op") -> bool:
+        """Every given criterion holds: op type, name glob (fnmatch), all tags."""
+        if self.ops and op.kind not in self.ops:
+            return False
+        if self.name_glob is not None and not fnmatchcase(op.name, self.name_glob):
+            return False
+        return all(tag in op.tags for tag in self.tags)
+
+
+@dataclass(frozen=True)
+class PlacementConfig:
+    default: DeviceSpec | None = None
+    soft: bool = False
+    log: bool = False
+    rules: tuple[Rule, ...] = ()
+    default_path: YamlPath = ("placement", "default")
+
+
+@dataclass(frozen=True)
+class OpRef:
+    """A reference to an op's value: ``name`` or ``name:i`` for output i."""
+
+    op: str
+    output: int | None = None
+
+    def __str__(self) -> str:
+        return self.op if self.output is None else f"{self.op}:{self.output}"
+
+
+@dataclass(frozen=True)
+class DeviceRequest:
+    """One link of an op's device chain: a device string and who wrote it."""
+
+    spec: DeviceSpec
+    source: str  # "op", "scope", "replicate 'towers'", ...
+    path: YamlPath
+
+
+@dataclass(frozen=True)
+class Op:
+    """A plain op after constructs are expanded."""
+
+    name: str
+    kind: str
+    inputs: tuple[OpRef, ...]
+    params: Mapping[str, Any]
+    path: YamlPath
+    input_keys: tuple[str, ...] | None = None  # parameter names when inputs were a mapping
+    device_chain: tuple[DeviceRequest, ...] = ()
+    after: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    retries: int = 0
+    timeout: float | None = None
+    colocate_with: OpRef | None = None  # made by constructs: run where this value lives
+    group: str | None = None  # the construct that made it
+    outputs: int = 1
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    """Inferred shape and dtype of one output; ``None`` where unknown."""
+
+    shape: tuple[int, ...] | None
+    dtype: str | None
+
+    @property
+    def nbytes(self) -> int | None:
+        if self.shape is None or self.dtype is None:
+            return None
+        n = 1
+        for dim in self.shape:
+            n *= dim
+        return n * _itemsize(self.dtype)
+
+    def describe(self) -> str:
+        shape = "?" if self.shape is None else list(self.shape)
+        return f"{shape} {self.dtype or '?'}"
+
+
+_ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2,
+             "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8,
+             "complex64": 8, "complex128": 16}
+
+
+def _itemsize(dtype: str) -> int:
+    return _ITEMSIZE[dtype]
+
+
+@dataclass(frozen=True)
+class Output:
+    ref: OpRef
+    target: str  # a path, or "-" for stdout
+    path: YamlPath
+
+
+@dataclass(frozen=True)
+class StateVar:
+    name: str
+    init: OpRef
+    placeholder: str  # the body's state op
+    update: OpRef
+
+
+@dataclass(frozen=True)
+class Loop:
+    """An ``iterate`` construct: its body ops run ``steps`` times with carried state."""
+
+    name: str
+    steps: int
+    window: int
+    state: tuple[StateVar, ...]
+    body: tuple[str, ...]
+    metrics: tuple[tuple[str, OpRef], ...]
+    path: YamlPath
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    output_dir: str | None = None
+    allow_absolute_paths: bool = False
+    retries: int = 0
+    timeout: float | None = None
+    no_workers_timeout: float = 5.0
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A validated spec: typed cluster and placement, constructs expanded into plain ops."""
+
+    document: Document = field(repr=False, compare=False)
+    name: str
+    cluster: Cluster
+    placement: PlacementConfig
+    ops: tuple[Op, ...]
+    values: Mapping[str, tuple[ValueInfo, ...]]
+    outputs: tuple[Output, ...] = ()
+    loops: tuple[Loop, ...] = ()
+    run: RunOptions = RunOptions()
+
+    @property
+    def file(self) -> str:
+        return self.document.file
+
+    def op(self, name: str) -> Op:
+        return self._ops[name]
+
+    @property
+    def _ops(self) -> dict[str, Op]:
+        cache = self.__dict__.get("_op_index")
+        if cache is None:
+            cache = {o.name: o for o in self.ops}
+            object.__setattr__(self, "_op_index", cache)
+        return cache
+
+    def value(self, ref: OpRef) -> ValueInfo:
+        infos = self.values.get(ref.op, ())
+        index = ref.output or 0
+        return infos[index] if index < len(infos) else ValueInfo(None, None)
+
+
+# --------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """An input that crosses devices: moved once per consuming device."""
+
+    ref: OpRef
+    source: str
+    target: str
+    nbytes: int | None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one op runs and why."""
+
+    op: str
+    kind: str
+    device: DeviceSpec  # complete; device_index may be ANY (Dask chooses)
+    sources: tuple[tuple[str, str], ...]  # (field, where it came from)
+    fallback: str = ""  # soft placement: why the requested device was not used
+    transfers: tuple[Transfer, ...] = ()
+    out_bytes: int | None = 0
+
+    @property
+    def device_name(self) -> str:
+        return self.device.to_string()
+
+    def why(self) -> str:
+        parts: dict[str, list[str]] = {}
+        for fieldname, source in self.sources:
+            parts.setdefault(source, []).append(fieldname)
+        text = "; ".join(f"{', '.join(fields)} from {src}" for src, fields in parts.items())
+        if self.fallback:
+            text += f"; soft placement: {self.fallback}"
+        return text
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    device: str
+    ops: tuple[str, ...]
+    peak: int
+    peak_op: str | None
+    limit: int | None
+    unknown: tuple[str, ...]  # ops whose size is unknown (peak is then a lower bound)
+    bytes_in: int
+    bytes_out: int
+
+    @property
+    def used_fraction(self) -> float | None:
+        return None if not self.limit else self.peak / self.limit
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: Spec
+    placements: tuple[Placement, ...]
+    memory: tuple[DeviceMemory, ...] = ()
+    diagnostics: tuple[Diagnostic, ...] = ()
+
+    def placement(self, op: str) -> Placement:
+        cache = self.__dict__.get("_placement_index")
+        if cache is None:
+            cache = {p.op: p for p in self.placements}
+            object.__setattr__(self, "_placement_index", cache)
+        return cache[op]

@@ -1,0 +1,461 @@
+"""The op catalog: every built-in op, its kernels, parameters and shape inference.
+
+Each :class:`OpDef` says which device types have a kernel (``CPU``, ``GPU``),
+how many inputs it takes, which parameters it accepts, how to infer the shape
+and dtype of its outputs from its inputs (used by validation and the memory
+planner, so it never touches data), and the function a worker runs with the
+array module ``xp`` (``numpy`` or ``cupy``).
+
+Random ops draw on the host with NumPy's PCG64 and then move the array to the
+device: the same seed gives the same numbers on CPU, simulated GPU and CuPy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .model import ValueInfo
+
+Params = Mapping[str, Any]
+Infer = Callable[[Params, Sequence[ValueInfo]], tuple[ValueInfo, ...]]
+Compute = Callable[..., Any]  # (xp, params, *inputs) -> array | tuple of arrays
+
+CPU_GPU = frozenset({"CPU", "GPU"})
+CPU_ONLY = frozenset({"CPU"})
+COMMON_KEYS = frozenset({"name", "op", "inputs", "device", "after", "tags", "retries", "timeout", "description"})
+
+
+class ShapeError(ValueError):
+    """Inputs whose shapes or dtypes an op cannot combine; message names both."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    tf_name: str  # the name TF's placement log shows
+    kernels: frozenset[str]
+    min_inputs: int
+    max_inputs: int | None
+    infer: Infer
+    compute: Compute
+    required: frozenset[str] = frozenset()
+    optional: frozenset[str] = frozenset()
+    input_names: tuple[str, ...] = ()
+    internal: bool = False  # made by constructs, not written by users
+    description: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def params(self) -> frozenset[str]:
+        return self.required | self.optional
+
+
+def _shape(p: Params, key: str = "shape") -> tuple[int, ...]:
+    return tuple(int(d) for d in p[key])
+
+
+def _dtype(p: Params, default: str = "float64") -> str:
+    return str(p.get("dtype", default))
+
+
+def _known(infos: Sequence[ValueInfo]) -> bool:
+    return all(i.shape is not None and i.dtype is not None for i in infos)
+
+
+def _unknown(n: int = 1) -> tuple[ValueInfo, ...]:
+    return tuple(ValueInfo(None, None) for _ in range(n))
+
+
+def _fmt(shape: tuple[int, ...] | None) -> str:
+    return "?" if shape is None else "[" + ", ".join(map(str, shape)) + "]"
+
+
+def _result_dtype(*dtypes: str | None) -> str | None:
+    if any(d is None for d in dtypes):
+        return None
+    return str(np.result_type(*[np.dtype(d) for d in dtypes if d is not None]))
+
+
+# --------------------------------------------------------------------------- inference
+
+
+def infer_literal(p: Params, _: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    try:
+        arr = np.asarray(p["value"], dtype=p.get("dtype", "float64"))
+    except (ValueError, TypeError) as exc:
+        raise ShapeError(f"value is not a rectangular array of numbers: {exc}",
+                         "nested lists must all have the same length") from None
+    return (ValueInfo(tuple(arr.shape), str(arr.dtype)),)
+
+
+def infer_shaped(p: Params, _: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    return (ValueInfo(_shape(p), _dtype(p)),)
+
+
+def infer_variable(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    if "value" in p:
+        return infer_literal(p, ins)
+    if ins:
+        return (ins[0],)
+    return infer_shaped(p, ins)
+
+
+def infer_elementwise(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    if len(ins) == 1:
+        if "scalar" not in p:
+            raise ShapeError("needs two inputs, or one input and 'scalar'", "add 'scalar: 2' or a second input")
+        # NumPy 2 promotes a Python scalar weakly: int array * 2 stays int, * 0.5 becomes float64
+        dtype = str(np.result_type(np.dtype(ins[0].dtype), p["scalar"])) if ins[0].dtype else None
+        return (ValueInfo(ins[0].shape, dtype),)
+    if "scalar" in p:
+        raise ShapeError("takes either two inputs or one input and 'scalar', not both", "remove 'scalar'")
+    a, b = ins
+    if a.shape is None or b.shape is None:
+        return (ValueInfo(None, _result_dtype(a.dtype, b.dtype)),)
+    try:
+        shape = tuple(np.broadcast_shapes(a.shape, b.shape))
+    except ValueError:
+        raise ShapeError(f"shapes {_fmt(a.shape)} and {_fmt(b.shape)} cannot be broadcast together",
+                         "elementwise ops need equal shapes or NumPy-broadcastable ones") from None
+    return (ValueInfo(shape, _result_dtype(a.dtype, b.dtype)),)
+
+
+def infer_div(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    (out,) = infer_elementwise(p, ins)
+    dtype = out.dtype
+    if dtype is not None and not dtype.startswith(("float", "complex")):
+        dtype = "float64"  # true division, as NumPy
+    return (ValueInfo(out.shape, dtype),)
+
+
+def infer_same(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    return (ins[0],)
+
+
+def infer_matmul(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    a, b = ins
+    dtype = _result_dtype(a.dtype, b.dtype)
+    if a.shape is None or b.shape is None:
+        return (ValueInfo(None, dtype),)
+    if len(a.shape) == 0 or len(b.shape) == 0:
+        raise ShapeError(f"matmul needs arrays of rank >= 1, got {_fmt(a.shape)} x {_fmt(b.shape)}",
+                         "use mul for scalars")
+    if a.shape[-1] != b.shape[-2 if len(b.shape) > 1 else 0]:
+        raise ShapeError(f"matmul shapes {_fmt(a.shape)} and {_fmt(b.shape)} do not match: "
+                         f"{a.shape[-1]} != {b.shape[-2 if len(b.shape) > 1 else 0]}",
+                         "the last dimension of the first input must equal the first of the second")
+    try:
+        shape = np.matmul(np.empty(a.shape, dtype="u1"), np.empty(b.shape, dtype="u1")).shape
+    except ValueError as exc:
+        raise ShapeError(f"matmul shapes {_fmt(a.shape)} and {_fmt(b.shape)} do not match: {exc}") from None
+    return (ValueInfo(tuple(shape), dtype),)
+
+
+def infer_add_n(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    shapes = {i.shape for i in ins if i.shape is not None}
+    if len(shapes) > 1:
+        a, b = sorted(shapes, key=str)[:2]
+        raise ShapeError(f"add_n inputs must have equal shapes, got {_fmt(a)} and {_fmt(b)}")
+    shape = shapes.pop() if shapes and all(i.shape is not None for i in ins) else None
+    return (ValueInfo(shape, _result_dtype(*[i.dtype for i in ins])),)
+
+
+def _norm_axis(axis: int, ndim: int, shape: tuple[int, ...]) -> int:
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"axis {axis} is out of range for shape {_fmt(shape)}")
+    return axis % ndim
+
+
+def infer_reduce(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    (x,) = ins
+    dtype = x.dtype
+    if p.get("op") == "mean" or (dtype and dtype == "bool"):
+        dtype = "float64" if dtype and not dtype.startswith(("float", "complex")) else dtype
+    if x.shape is None:
+        return (ValueInfo(None, dtype),)
+    axis, keep = p.get("axis"), bool(p.get("keepdims", False))
+    if axis is None:
+        return (ValueInfo(tuple(1 for _ in x.shape) if keep else (), dtype),)
+    ax = _norm_axis(int(axis), len(x.shape), x.shape)
+    shape = tuple(1 if i == ax else d for i, d in enumerate(x.shape) if keep or i != ax)
+    return (ValueInfo(shape, dtype),)
+
+
+def infer_concat(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    dtype = _result_dtype(*[i.dtype for i in ins])
+    if not _known(ins):
+        return (ValueInfo(None, dtype),)
+    first = ins[0].shape
+    assert first is not None
+    if len(first) == 0:
+        raise ShapeError("concat needs arrays of rank >= 1", "use stack for scalars")
+    ax = _norm_axis(int(p.get("axis", 0) or 0), len(first), first)
+    total = 0
+    for info in ins:
+        s = info.shape
+        assert s is not None
+        if len(s) != len(first) or any(d != e for i, (d, e) in enumerate(zip(s, first)) if i != ax):
+            raise ShapeError(f"concat shapes {_fmt(first)} and {_fmt(s)} differ outside axis {ax}")
+        total += s[ax]
+    return (ValueInfo(tuple(total if i == ax else d for i, d in enumerate(first)), dtype),)
+
+
+def infer_stack(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    dtype = _result_dtype(*[i.dtype for i in ins])
+    if not _known(ins):
+        return (ValueInfo(None, dtype),)
+    first = ins[0].shape
+    assert first is not None
+    for info in ins:
+        if info.shape != first:
+            raise ShapeError(f"stack inputs must have equal shapes, got {_fmt(first)} and {_fmt(info.shape)}")
+    axis = int(p.get("axis", 0) or 0)
+    ax = _norm_axis(axis, len(first) + 1, first)
+    shape = list(first)
+    shape.insert(ax, len(ins))
+    return (ValueInfo(tuple(shape), dtype),)
+
+
+def infer_split(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    (x,) = ins
+    num = int(p["num"])
+    if x.shape is None:
+        return tuple(ValueInfo(None, x.dtype) for _ in range(num))
+    if len(x.shape) == 0:
+        raise ShapeError("cannot split a scalar")
+    ax = _norm_axis(int(p.get("axis", 0) or 0), len(x.shape), x.shape)
+    sizes = split_sizes(x.shape[ax], num)
+    return tuple(ValueInfo(tuple(s if i == ax else d for i, d in enumerate(x.shape)), x.dtype) for s in sizes)
+
+
+def split_sizes(length: int, num: int) -> list[int]:
+    """np.array_split's piece lengths: the first ``length % num`` pieces get one more."""
+    base, extra = divmod(length, num)
+    return [base + 1 if i < extra else base for i in range(num)]
+
+
+def infer_transpose(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    (x,) = ins
+    if x.shape is None:
+        return (x,)
+    axes = p.get("axes")
+    if axes is None:
+        return (ValueInfo(tuple(reversed(x.shape)), x.dtype),)
+    if sorted(int(a) % max(len(x.shape), 1) for a in axes) != list(range(len(x.shape))):
+        raise ShapeError(f"axes {list(axes)} are not a permutation of the {len(x.shape)} axes of {_fmt(x.shape)}")
+    return (ValueInfo(tuple(x.shape[int(a)] for a in axes), x.dtype),)
+
+
+def infer_reshape(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    (x,) = ins
+    target = [int(d) for d in p["shape"]]
+    if x.shape is None:
+        return (ValueInfo(None if -1 in target else tuple(target), x.dtype),)
+    size = math.prod(x.shape)
+    if target.count(-1) > 1:
+        raise ShapeError("reshape can infer at most one dimension (-1)")
+    if -1 in target:
+        rest = math.prod(d for d in target if d != -1)
+        if rest == 0 or size % rest:
+            raise ShapeError(f"cannot reshape {_fmt(x.shape)} into {target}")
+        target[target.index(-1)] = size // rest
+    if math.prod(target) != size:
+        raise ShapeError(f"cannot reshape {_fmt(x.shape)} ({size} elements) into {_fmt(tuple(target))}")
+    return (ValueInfo(tuple(target), x.dtype),)
+
+
+def infer_cast(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    return (ValueInfo(ins[0].shape, _dtype(p)),)
+
+
+def infer_load(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    return (ValueInfo(None, p.get("dtype")),)  # the file is read on the worker, never at plan time
+
+
+def infer_call(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    declared = p.get("output")
+    n = int(p.get("outputs", 1))
+    if declared:
+        return tuple(ValueInfo(tuple(declared["shape"]), declared.get("dtype", "float64")) for _ in range(n))
+    return _unknown(n)
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def _host_rng(p: Params, step: int = 0) -> np.random.Generator:
+    return np.random.default_rng([int(p.get("seed", 0)), step])
+
+
+def run_constant(xp: Any, p: Params) -> Any:
+    return xp.asarray(np.asarray(p["value"], dtype=p.get("dtype", "float64")))
+
+
+def run_uniform(xp: Any, p: Params, step: int = 0) -> Any:
+    arr = _host_rng(p, step).uniform(p.get("low", 0.0), p.get("high", 1.0), size=_shape(p))
+    return xp.asarray(arr.astype(_dtype(p), copy=False))
+
+
+def run_normal(xp: Any, p: Params, step: int = 0) -> Any:
+    arr = _host_rng(p, step).normal(p.get("mean", 0.0), p.get("stddev", 1.0), size=_shape(p))
+    return xp.asarray(arr.astype(_dtype(p), copy=False))
+
+
+def run_variable(xp: Any, p: Params, *ins: Any) -> Any:
+    if "value" in p:
+        return run_constant(xp, p)
+    if ins:
+        return xp.array(ins[0], copy=True)
+    init = p.get("init", "zeros")
+    if init == "uniform":
+        return run_uniform(xp, p)
+    if init == "normal":
+        return run_normal(xp, p)
+    return (xp.ones if init == "ones" else xp.zeros)(_shape(p), dtype=_dtype(p))
+
+
+def _binary(fn_name: str) -> Compute:
+    def run(xp: Any, p: Params, a: Any, b: Any = None) -> Any:
+        fn = getattr(xp, fn_name)
+        return fn(a, p["scalar"] if b is None else b)
+    return run
+
+
+def run_reduce(xp: Any, p: Params, x: Any) -> Any:
+    fn = xp.mean if p.get("op") == "mean" else xp.sum
+    return fn(x, axis=p.get("axis"), keepdims=bool(p.get("keepdims", False)))
+
+
+def run_split(xp: Any, p: Params, x: Any) -> tuple[Any, ...]:
+    return tuple(xp.array_split(x, int(p["num"]), axis=int(p.get("axis", 0) or 0)))
+
+
+def run_add_n(xp: Any, p: Params, *xs: Any) -> Any:
+    total = xs[0].copy() if len(xs) > 1 else xs[0]
+    for x in xs[1:]:
+        total = total + x
+    return total
+
+
+def run_mean_n(xp: Any, p: Params, *xs: Any) -> Any:
+    return run_add_n(xp, p, *xs) / len(xs)
+
+
+def _best(p: Params, metrics: Sequence[Any]) -> int:
+    scores = [float(m) for m in metrics]
+    return scores.index(min(scores) if p["mode"] == "min" else max(scores))
+
+
+def run_select(xp: Any, p: Params, *metrics: Any) -> Any:
+    return xp.asarray(float(p["values"][_best(p, metrics)]))
+
+
+def run_pick(xp: Any, p: Params, *ins: Any) -> Any:
+    n = int(p["n"])
+    return ins[n + _best(p, ins[:n])]
+
+
+def infer_select(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    return (ValueInfo((), "float64"),)
+
+
+def infer_pick(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    return (ins[int(p["n"])],)
+
+
+def infer_series(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    (x,) = ins
+    return (ValueInfo(None if x.shape is None else (int(p["steps"]), *x.shape), x.dtype),)
+
+
+# ---------------------------------------------------------------------------- catalog
+
+
+def _def(name: str, tf: str, infer: Infer, compute: Compute, lo: int, hi: int | None, *,
+         kernels: frozenset[str] = CPU_GPU, required: Sequence[str] = (), optional: Sequence[str] = (),
+         names: Sequence[str] = (), internal: bool = False, description: str = "") -> OpDef:
+    return OpDef(name, tf, kernels, lo, hi, infer, compute, frozenset(required), frozenset(optional),
+                 tuple(names), internal, description)
+
+
+_SHAPED = ("dtype",)
+CATALOG: dict[str, OpDef] = {d.name: d for d in [
+    _def("constant", "Const", infer_literal, run_constant, 0, 0, required=["value"], optional=["dtype"],
+         description="a literal array"),
+    _def("zeros", "Zeros", infer_shaped, lambda xp, p: xp.zeros(_shape(p), dtype=_dtype(p)), 0, 0,
+         required=["shape"], optional=_SHAPED),
+    _def("ones", "Ones", infer_shaped, lambda xp, p: xp.ones(_shape(p), dtype=_dtype(p)), 0, 0,
+         required=["shape"], optional=_SHAPED),
+    _def("fill", "Fill", infer_shaped, lambda xp, p: xp.full(_shape(p), p["value"], dtype=_dtype(p)), 0, 0,
+         required=["shape", "value"], optional=_SHAPED),
+    _def("random.uniform", "RandomUniform", infer_shaped, run_uniform, 0, 0, required=["shape"],
+         optional=["dtype", "low", "high", "seed"]),
+    _def("random.normal", "RandomStandardNormal", infer_shaped, run_normal, 0, 0, required=["shape"],
+         optional=["dtype", "mean", "stddev", "seed"]),
+    _def("variable", "VariableV2", infer_variable, run_variable, 0, 1,
+         optional=["value", "shape", "dtype", "init", "seed"], description="a named initial value"),
+    _def("add", "AddV2", infer_elementwise, _binary("add"), 1, 2, optional=["scalar"], names=("x", "y")),
+    _def("sub", "Sub", infer_elementwise, _binary("subtract"), 1, 2, optional=["scalar"], names=("x", "y")),
+    _def("mul", "Mul", infer_elementwise, _binary("multiply"), 1, 2, optional=["scalar"], names=("x", "y")),
+    _def("div", "RealDiv", infer_div, _binary("true_divide"), 1, 2, optional=["scalar"], names=("x", "y")),
+    _def("square", "Square", infer_same, lambda xp, p, x: xp.square(x), 1, 1, names=("x",)),
+    _def("identity", "Identity", infer_same, lambda xp, p, x: x, 1, 1, names=("x",)),
+    _def("matmul", "MatMul", infer_matmul, lambda xp, p, a, b: xp.matmul(a, b), 2, 2, names=("a", "b")),
+    _def("add_n", "AddN", infer_add_n, run_add_n, 1, None),
+    _def("sum", "Sum", infer_reduce, run_reduce, 1, 1, optional=["axis", "keepdims"], names=("x",)),
+    _def("mean", "Mean", infer_reduce, run_reduce, 1, 1, optional=["axis", "keepdims"], names=("x",)),
+    _def("concat", "ConcatV2", infer_concat, lambda xp, p, *xs: xp.concatenate(xs, axis=int(p.get("axis", 0) or 0)),
+         1, None, optional=["axis"]),
+    _def("split", "Split", infer_split, run_split, 1, 1, required=["num"], optional=["axis"], names=("x",)),
+    _def("stack", "Pack", infer_stack, lambda xp, p, *xs: xp.stack(xs, axis=int(p.get("axis", 0) or 0)),
+         1, None, optional=["axis"]),
+    _def("transpose", "Transpose", infer_transpose, lambda xp, p, x: xp.transpose(x, p.get("axes")), 1, 1,
+         optional=["axes"], names=("x",)),
+    _def("reshape", "Reshape", infer_reshape, lambda xp, p, x: xp.reshape(x, tuple(p["shape"])), 1, 1,
+         required=["shape"], names=("x",)),
+    _def("cast", "Cast", infer_cast, lambda xp, p, x: x.astype(p["dtype"]), 1, 1, required=["dtype"], names=("x",)),
+    # Data ops read and write files on the worker that owns the op; their kernels live in execute.
+    _def("load", "LoadArray", infer_load, lambda xp, p: None, 0, 0, kernels=CPU_ONLY, required=["path"],
+         optional=["format", "delimiter", "header", "dtype"]),
+    _def("save", "SaveArray", infer_same, lambda xp, p, x: x, 1, 1, required=["path"], optional=["format"],
+         names=("x",)),
+    _def("call", "Call", infer_call, lambda xp, p, *xs: None, 0, None, required=["fn"],
+         optional=["kernels", "params", "output", "outputs"]),
+    # Made by constructs.
+    _def("mean_n", "Mean", infer_add_n, run_mean_n, 1, None, internal=True),
+    _def("state", "Identity", infer_same, lambda xp, p, x: x, 1, 1, internal=True),
+    _def("select", "Select", infer_select, run_select, 1, None, internal=True),
+    _def("pick", "Select", infer_pick, run_pick, 2, None, internal=True),
+    _def("series", "Stack", infer_series, lambda xp, p, *xs: xp.stack(xs), 1, None, internal=True),
+]}
+
+
+def lookup(kind: str) -> OpDef | None:
+    return CATALOG.get(kind)
+
+
+def user_op_names() -> list[str]:
+    return sorted(name for name, d in CATALOG.items() if not d.internal)
+
+
+def kernels_of(kind: str, params: Params) -> frozenset[str]:
+    """Device types with a kernel; ``call`` ops declare theirs (default CPU only)."""
+    if kind == "call":
+        return frozenset(k.upper() for k in params.get("kernels", ["cpu"]))
+    definition = CATALOG.get(kind)
+    return definition.kernels if definition else CPU_GPU
+
+
+def infer(kind: str, params: Params, inputs: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    """Output infos of one op; raises :class:`ShapeError` for inputs it cannot combine."""
+    definition = CATALOG[kind]
+    merged = {**params, "op": kind} if kind in ("sum", "mean") else params
+    return definition.infer(merged, inputs)

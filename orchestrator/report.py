@@ -1,0 +1,174 @@
+"""Renderers: diagnostics and plans as text, JSON, GitHub annotations or Graphviz.
+
+Renderers are chosen by name from registries (``DIAGNOSTIC_FORMATS``,
+``PLAN_FORMATS``); each is a pure function from records to a string.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Mapping, Sequence
+
+from .errors import Diagnostic, format_bytes
+from .model import DeviceMemory, Placement, Plan
+from .ops import lookup
+
+PLAN_JSON_VERSION = 1
+
+
+# --------------------------------------------------------------------------- diagnostics
+
+
+def diagnostics_text(files: Sequence[tuple[str, Sequence[Diagnostic]]]) -> str:
+    lines = [d.render() for _, diags in files for d in diags]
+    errors = sum(d.is_error for _, diags in files for d in diags)
+    warnings = sum(not d.is_error for _, diags in files for d in diags)
+    bad = sum(any(d.is_error for d in diags) for _, diags in files)
+    summary = f"{len(files)} file{'s' if len(files) != 1 else ''} checked: " + (
+        f"{bad} invalid, {errors} error{'s' if errors != 1 else ''}" if errors else "all valid")
+    if warnings:
+        summary += f", {warnings} warning{'s' if warnings != 1 else ''}"
+    return "\n".join([*lines, summary]) + "\n"
+
+
+def diagnostics_json(files: Sequence[tuple[str, Sequence[Diagnostic]]]) -> str:
+    return json.dumps({
+        "files": [{"file": f, "valid": not any(d.is_error for d in diags),
+                   "diagnostics": [d.as_dict() for d in diags]} for f, diags in files],
+        "errors": sum(d.is_error for _, diags in files for d in diags),
+        "warnings": sum(not d.is_error for _, diags in files for d in diags),
+    }, indent=2) + "\n"
+
+
+def _gh_escape(text: str, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def diagnostics_github(files: Sequence[tuple[str, Sequence[Diagnostic]]]) -> str:
+    """GitHub Actions workflow commands: one ``::error``/``::warning`` annotation per diagnostic."""
+    out = []
+    for _, diags in files:
+        for d in diags:
+            message = f"{d.message} ({d.hint})" if d.hint else d.message
+            title = f"{d.code} at {d.path and '.'.join(map(str, d.path)) or 'spec'}"
+            out.append(f"::{d.severity} file={_gh_escape(d.file, True)},line={d.line},col={d.column},"
+                       f"title={_gh_escape(title, True)}::{_gh_escape(message)}")
+    return "\n".join(out) + ("\n" if out else "")
+
+
+DIAGNOSTIC_FORMATS: Mapping[str, Callable[[Sequence[tuple[str, Sequence[Diagnostic]]]], str]] = {
+    "text": diagnostics_text, "json": diagnostics_json, "github": diagnostics_github,
+}
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def tf_name(kind: str) -> str:
+    definition = lookup(kind)
+    return definition.tf_name if definition else kind
+
+
+def placement_line(p: Placement) -> str:
+    """TF's graph-mode placement log line: ``name: (MatMul): /job:.../device:GPU:0``."""
+    return f"{p.op}: ({tf_name(p.kind)}): {p.device_name}"
+
+
+def _pct(m: DeviceMemory) -> str:
+    return "-" if m.used_fraction is None else f"{100 * m.used_fraction:.1f}%"
+
+
+def plan_text(plan: Plan) -> str:
+    spec = plan.spec
+    lines = [f"plan for '{spec.name}' ({spec.file}): {len(plan.placements)} ops on {len(plan.memory)} devices"
+             f" of {len(spec.cluster.devices)}", ""]
+    header = ("device", "ops", "peak / limit", "used", "in", "out")
+    rows = []
+    for m in plan.memory:
+        bound = "≥" if m.unknown else ""
+        limit = format_bytes(m.limit) if m.limit is not None else "no limit"
+        rows.append((m.device, str(len(m.ops)), f"{bound}{format_bytes(m.peak)} / {limit}", _pct(m),
+                     format_bytes(m.bytes_in), format_bytes(m.bytes_out)))
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        lines.append("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+    unknown = [m for m in plan.memory if m.unknown]
+    for m in unknown:
+        lines.append(f"  note: {len(m.ops) and len(m.unknown)} op(s) of unknown size on {m.device} "
+                     f"({', '.join(m.unknown[:3])}{', ...' if len(m.unknown) > 3 else ''}): peak is a lower bound")
+    lines.append("")
+    lines.append("placement (op: (Type): device  # why):")
+    for p in plan.placements:
+        lines.append(f"{placement_line(p)}  # {p.why()}")
+        for t in p.transfers:
+            size = "? bytes" if t.nbytes is None else format_bytes(t.nbytes)
+            lines.append(f"    <- {t.ref} from {t.source} ({size})")
+    return "\n".join(lines) + "\n"
+
+
+def plan_dict(plan: Plan) -> dict[str, Any]:
+    spec = plan.spec
+    return {
+        "format": PLAN_JSON_VERSION,
+        "name": spec.name,
+        "file": spec.file,
+        "cluster": {"devices": [d.name for d in spec.cluster.devices], "default_job": spec.cluster.default_job},
+        "devices": [{
+            "device": m.device, "ops": list(m.ops), "peak_bytes": m.peak, "peak_op": m.peak_op,
+            "limit_bytes": m.limit, "used": m.used_fraction, "unknown_size_ops": list(m.unknown),
+            "bytes_in": m.bytes_in, "bytes_out": m.bytes_out,
+        } for m in plan.memory],
+        "ops": [{
+            "name": p.op, "op": p.kind, "device": p.device_name,
+            "sources": {field: source for field, source in p.sources},
+            "why": p.why(), "soft_fallback": p.fallback or None, "out_bytes": p.out_bytes,
+            "inputs": [str(r) for r in spec.op(p.op).inputs],
+            "transfers": [{"input": str(t.ref), "from": t.source, "to": t.target, "bytes": t.nbytes}
+                          for t in p.transfers],
+        } for p in plan.placements],
+        "diagnostics": [d.as_dict() for d in plan.diagnostics],
+    }
+
+
+def plan_json(plan: Plan) -> str:
+    return json.dumps(plan_dict(plan), indent=2) + "\n"
+
+
+_PALETTE = ("#a6cee3", "#b2df8a", "#fb9a99", "#fdbf6f", "#cab2d6", "#ffff99", "#1f78b4", "#33a02c",
+            "#e31a1c", "#ff7f00", "#6a3d9a", "#b15928")
+
+
+def _q(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def plan_dot(plan: Plan) -> str:
+    """Graphviz DOT: one cluster per device, cross-device edges labelled with their bytes."""
+    spec = plan.spec
+    lines = [f"digraph {_q(spec.name)} {{", "  rankdir=LR;", "  node [shape=box, style=filled, fontsize=10];"]
+    for i, m in enumerate(plan.memory):
+        colour = _PALETTE[i % len(_PALETTE)]
+        lines.append(f"  subgraph {_q('cluster_' + str(i))} {{")
+        lines.append(f"    label={_q(m.device)}; style=rounded; color={_q(colour)};")
+        for name in m.ops:
+            lines.append(f"    {_q(name)} [label={_q(name + chr(10) + tf_name(spec.op(name).kind))}, "
+                         f"fillcolor={_q(colour)}];")
+        lines.append("  }")
+    device_of = {p.op: p.device_name for p in plan.placements}
+    for p in plan.placements:
+        op = spec.op(p.op)
+        for ref in op.inputs:
+            if device_of.get(ref.op) != p.device_name:
+                size = spec.value(ref).nbytes
+                label = "?" if size is None else format_bytes(size)
+                lines.append(f"  {_q(ref.op)} -> {_q(p.op)} [label={_q(label)}, color=red, fontcolor=red];")
+            else:
+                lines.append(f"  {_q(ref.op)} -> {_q(p.op)};")
+        for name in op.after:
+            lines.append(f"  {_q(name)} -> {_q(p.op)} [style=dashed];")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+PLAN_FORMATS: Mapping[str, Callable[[Plan], str]] = {"text": plan_text, "json": plan_json, "dot": plan_dot}
