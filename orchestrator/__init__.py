@@ -7,10 +7,8 @@ The stages (DESIGN §2)::
 The Python API lives in :mod:`orchestrator.api`.
 """
 
-try:
-    from .api import Checked, check_file, plan_file, validate_file
-except ImportError: pass
+from .api import Checked, check_file, plan_file, run_file, validate_file
 from .devices import DeviceSpec
 
-__all__ = ["Checked", "DeviceSpec", "check_file", "plan_file", "validate_file"]
+__all__ = ["Checked", "DeviceSpec", "check_file", "plan_file", "run_file", "validate_file"]
 __version__ = "0.1.0"

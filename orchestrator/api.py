@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 from .errors import Diagnostic, SpecError
 from .load import load_file
@@ -18,6 +19,9 @@ from .memory import plan_memory
 from .model import Plan, Spec
 from .place import place
 from .validate import validate
+
+if TYPE_CHECKING:
+    from .execute.run import RunResult, RunSettings
 
 
 @dataclass(frozen=True)
@@ -67,3 +71,19 @@ def plan_file(path: str | os.PathLike[str], display_name: str | None = None) -> 
     if checked.errors or checked.plan is None:
         raise SpecError(checked.errors or checked.diagnostics)
     return checked.plan
+
+
+def run_file(path: str | os.PathLike[str], settings: "RunSettings | None" = None, *,
+             echo: "Callable[[str], None] | None" = None, **overrides: object) -> "RunResult":
+    """Check, plan and run a spec; return its values and run report.
+
+    ``overrides`` are fields of :class:`~orchestrator.execute.run.RunSettings`
+    (``scheduler``, ``output_dir``, ``report_path``, ``keep_alive``, ...).
+    """
+    from dataclasses import replace as _replace
+
+    from .execute.run import RunSettings, run_plan
+
+    plan = plan_file(path)
+    chosen = _replace(settings or RunSettings(), **overrides)  # type: ignore[arg-type]
+    return run_plan(plan, chosen, echo)

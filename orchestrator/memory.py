@@ -118,7 +118,7 @@ def _judge(plan: Plan, memory: DeviceMemory) -> list[Diagnostic]:
             f"limit is {format_bytes(memory.limit)}",
             "raise the device's limit (gpu_memory / memory_limit), split the work across devices, "
             "or place large ops elsewhere")]
-    if memory.unknown:
+    if memory.unknown and _declared(plan.spec.cluster, memory.device):
         op = plan.spec.op(memory.unknown[0])
         return [doc.diagnostic(
             "memory-unknown", op.path,
@@ -127,6 +127,11 @@ def _judge(plan: Plan, memory: DeviceMemory) -> list[Diagnostic]:
             "declare output: {shape, dtype} on call ops so the planner can check the limit",
             severity="warning")]
     return []
+
+
+def _declared(cluster: Cluster, device: str) -> bool:
+    known = cluster.device(device)
+    return known.limit_declared if known is not None else True
 
 
 def _device_order(cluster: Cluster, device: str) -> tuple[int, str]:

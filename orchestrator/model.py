@@ -100,6 +100,7 @@ class Device:
     memory_limit: int | None
     physical_gpu: int | None = None
     reserve_at_start: bool = False
+    limit_declared: bool = False  # the user set this limit (a GPU always has one: its total)
 
     @property
     def name(self) -> str:
@@ -349,8 +350,15 @@ class Placement:
         return self.device.to_string()
 
     def why(self) -> str:
+        """``job, task from rule 1; device from op``: which link of the chain set each field."""
+        sources = dict(self.sources)
+        shown = [(f, s) for f, s in self.sources if f not in ("device_type", "device_index")]
+        if sources.get("device_type") == sources.get("device_index"):
+            shown.append(("device", sources["device_type"]))
+        else:
+            shown += [("type", sources["device_type"]), ("index", sources["device_index"])]
         parts: dict[str, list[str]] = {}
-        for fieldname, source in self.sources:
+        for fieldname, source in shown:
             parts.setdefault(source, []).append(fieldname)
         text = "; ".join(f"{', '.join(fields)} from {src}" for src, fields in parts.items())
         if self.fallback:

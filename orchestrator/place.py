@@ -157,7 +157,10 @@ class Placer:
                 "pin it to an existing device with a kernel, or set placement.soft: true"))
             return ""
         fallback = self.fallback(op, res.spec)
-        res.override(fallback, "soft fallback")
+        for name in FIELDS:
+            if getattr(fallback, name) != getattr(res.spec, name):
+                res.sources[name] = "soft fallback"
+        res.spec = fallback
         return problem
 
     def problem(self, op: Op, spec: DeviceSpec) -> str | None:

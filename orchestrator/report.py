@@ -95,7 +95,7 @@ def plan_text(plan: Plan) -> str:
         lines.append("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
     unknown = [m for m in plan.memory if m.unknown]
     for m in unknown:
-        lines.append(f"  note: {len(m.ops) and len(m.unknown)} op(s) of unknown size on {m.device} "
+        lines.append(f"  note: {len(m.unknown)} op(s) of unknown size on {m.device} "
                      f"({', '.join(m.unknown[:3])}{', ...' if len(m.unknown) > 3 else ''}): peak is a lower bound")
     lines.append("")
     lines.append("placement (op: (Type): device  # why):")

@@ -310,12 +310,14 @@ def job_devices(job: Job) -> list[Device]:
 
     out = []
     for task in range(job.tasks):
-        out.append(Device(canonical_device(job.name, task, "CPU", 0), job.cpu_threads, job.memory_limit))
+        out.append(Device(canonical_device(job.name, task, "CPU", 0), job.cpu_threads, job.memory_limit,
+                          limit_declared=job.memory_limit is not None))
+        declared = job.gpu_memory.limit is not None or job.gpu_memory.fraction is not None
         per_gpu = job.gpu_memory.per_logical_gpu(job.virtual_gpus)
         for i in range(job.logical_gpus):
             physical = job.physical_gpus[i // job.virtual_gpus]
             out.append(Device(canonical_device(job.name, task, "GPU", i), 1, per_gpu, physical,
-                              job.gpu_memory.reserve_at_start))
+                              job.gpu_memory.reserve_at_start, declared))
     return out
 
 

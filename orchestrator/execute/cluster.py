@@ -1,0 +1,116 @@
+"""Clusters: one Dask worker process per device, named by its canonical device string.
+
+Each device worker advertises identity resources — ``device:<name>`` (its own
+device), ``task:<job/replica/task>`` (its task) and, on GPUs, ``GPU`` — so
+pinned ops find it by name and survive restarts (DESIGN §5). GPU workers see
+only their GPU: ``CUDA_VISIBLE_DEVICES`` lists it first, then the others, as
+dask-cuda rotates it. BLAS/OpenMP threads match the device's threads.
+
+The embedded cluster is a ``SpecCluster`` on 127.0.0.1 built from the spec;
+the scheduler runs in this process, so its settings (no-workers timeout,
+allowed failures) come from the spec's options.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+from ..devices import DeviceSpec
+from ..model import Cluster, Device
+from .backends import DeviceConfig
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def device_resource(name: str) -> str:
+    return f"device:{name}"
+
+
+def task_resource(spec: DeviceSpec) -> str:
+    return f"task:{spec.task_spec().to_string()}"
+
+
+def worker_resources(device: Device) -> dict[str, float]:
+    slots = float(device.threads)
+    resources = {device_resource(device.name): slots, task_resource(device.spec): slots}
+    if device.is_gpu:
+        resources["GPU"] = 1.0
+    return resources
+
+
+def visible_gpus(device: Device, all_physical: tuple[int, ...]) -> str:
+    """dask-cuda's rotation: this worker's GPU first, so it is CUDA device 0."""
+    if device.physical_gpu is None:
+        return ""
+    ordered = list(all_physical)
+    at = ordered.index(device.physical_gpu)
+    return ",".join(str(g) for g in ordered[at:] + ordered[:at])
+
+
+def worker_env(device: Device, all_physical: tuple[int, ...]) -> dict[str, str]:
+    env = {name: str(device.threads) for name in THREAD_VARIABLES}
+    env["CUDA_VISIBLE_DEVICES"] = visible_gpus(device, all_physical) if device.is_gpu else ""
+    return env
+
+
+def device_configs(cluster: Cluster, backend: str) -> dict[str, DeviceConfig]:
+    return {d.name: DeviceConfig(d.name, "GPU" if d.is_gpu else "CPU", backend if d.is_gpu else "host",
+                                 d.memory_limit if d.is_gpu else None, d.reserve_at_start, d.physical_gpu)
+            for d in cluster.devices}
+
+
+def worker_options(cluster: Cluster, device: Device, host: str = "127.0.0.1") -> dict[str, Any]:
+    job = cluster.job(device.spec.job)
+    assert job is not None
+    return {
+        "name": device.name,
+        "nthreads": device.threads,
+        "resources": worker_resources(device),
+        "memory_limit": job.memory_limit or 0,
+        "env": worker_env(device, job.physical_gpus),
+        "host": host,
+        "dashboard": False,
+    }
+
+
+def scheduler_config(no_workers_timeout: float, allowed_failures: int) -> dict[str, Any]:
+    return {
+        "distributed.scheduler.no-workers-timeout": f"{no_workers_timeout}s",
+        "distributed.scheduler.allowed-failures": allowed_failures,
+        # our tasks are tiny and pinned; work stealing could only move them to a wrong device
+        "distributed.scheduler.work-stealing": False,
+    }
+
+
+@dataclass
+class EmbeddedCluster:
+    """A ``SpecCluster`` with one Nanny-managed worker per device of the spec."""
+
+    cluster: Cluster
+    dashboard: str | None = ":0"
+    host: str = "127.0.0.1"
+    devices: tuple[Device, ...] | None = None
+
+    def start(self) -> Any:
+        from distributed import Nanny, Scheduler, SpecCluster
+
+        devices = self.devices if self.devices is not None else self.cluster.devices
+        workers = {d.name: {"cls": Nanny, "options": worker_options(self.cluster, d, self.host)} for d in devices}
+        scheduler_options: dict[str, Any] = {"host": self.host}
+        if self.dashboard is None:
+            scheduler_options["dashboard"] = False
+        else:
+            address = self.dashboard if ":" not in self.dashboard[:1] else f"{self.host}{self.dashboard}"
+            scheduler_options["dashboard_address"] = address
+        return SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": scheduler_options},
+                           name="orchestrator", silence_logs=40)
+
+
+@contextlib.contextmanager
+def dask_settings(settings: Mapping[str, Any]) -> Iterator[None]:
+    import dask
+
+    with dask.config.set(dict(settings)):
+        yield

@@ -1,0 +1,331 @@
+"""The runner: execute a plan on a Dask cluster and check that it ran as planned.
+
+Policy. The plan is law: every op is pinned by identity resources to the
+worker standing for its device, and after the run the worker each op really
+ran on (reported by the op itself, from inside that worker) is compared with
+the plan; any difference fails the run. Nothing is written until every
+output has been computed: outputs go to temporary files beside their targets
+and are renamed into place only when all of them are ready, so a failed run
+leaves earlier files untouched.
+
+State. The runner owns, for one run: the cluster it started (or the client
+it connected), a run token that makes this run's keys and events unique, the
+futures of the requested values, and the events workers logged. It keeps
+nothing between runs; ``--keep-alive`` only leaves the cluster up.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..atomic import atomic_open
+from ..compile import CompiledGraph, compile_plan
+from ..devices import DeviceSpec
+from ..errors import NoWorkerError, OrchestratorError, PlacementMismatch, RunError
+from ..model import Plan
+from .cluster import EmbeddedCluster, dask_settings, device_configs, device_resource, scheduler_config
+from .runtime import EVENT_TOPIC, LOG_TOPIC, DeviceRuntimePlugin, memory_stats
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How to run (command-line flags and API arguments; the spec gives defaults)."""
+
+    scheduler: str | None = None  # None: the spec's cluster.scheduler ("local" by default)
+    keep_alive: bool = False
+    output_dir: str | None = None
+    report_path: str | None = None
+    performance_report: str | None = None
+    progress: bool | None = None  # None: only on a terminal
+    gpu_backend: str | None = None
+    write_outputs: bool = True
+    wait_for_workers: float = 30.0
+
+
+@dataclass(frozen=True)
+class RunResult:
+    name: str
+    values: Mapping[str, Any]
+    report: Mapping[str, Any]
+    plan: Plan = field(repr=False)
+    backend: str = "simulated"
+    dashboard_link: str | None = None
+    written: tuple[str, ...] = ()
+
+
+def choose_backend(plan: Plan, requested: str) -> tuple[str, str]:
+    """(backend, why). auto: cupy when CUDA shows enough GPUs, else simulated."""
+    gpus = {d.physical_gpu for d in plan.spec.cluster.devices if d.is_gpu}
+    if not gpus:
+        return "simulated", "no GPUs in the spec"
+    if requested == "simulated":
+        return "simulated", "gpu_backend: simulated"
+    from .cupy_backend import cuda_device_count
+
+    visible = cuda_device_count()
+    needed = max(g for g in gpus if g is not None) + 1
+    if requested == "cupy":
+        if visible < needed:
+            raise RunError(f"gpu_backend: cupy needs {needed} CUDA GPU(s); {visible} visible "
+                           "(install orchestrator[gpu] on a CUDA machine, or use gpu_backend: simulated)")
+        return "cupy", "gpu_backend: cupy"
+    if visible >= needed:
+        return "cupy", f"{visible} CUDA GPU(s) visible"
+    return "simulated", f"{visible} CUDA GPU(s) visible, {needed} needed"
+
+
+def resolve_output(target: str, base: str, allow_outside: bool) -> str:
+    path = os.path.normpath(os.path.join(base, target))
+    inside = os.path.commonpath([os.path.abspath(path), os.path.abspath(base)]) == os.path.abspath(base)
+    if not inside and not allow_outside:
+        raise RunError(f"output path '{target}' escapes the output directory {base} "
+                       "(set run.allow_absolute_paths: true to allow it)")
+    return path
+
+
+class Runner:
+    def __init__(self, plan: Plan, settings: RunSettings, echo: Echo):
+        self.plan, self.settings, self.echo = plan, settings, echo
+        self.spec = plan.spec
+        self.token = uuid.uuid4().hex[:12]
+        self.base_dir = os.path.abspath(self.spec.document.directory)
+        out_dir = settings.output_dir or self.spec.run.output_dir or "."
+        self.output_dir = os.path.normpath(os.path.join(self.base_dir, out_dir))
+        self.backend, self.backend_why = choose_backend(plan, settings.gpu_backend or self.spec.cluster.gpu_backend)
+
+    # ------------------------------------------------------------------ cluster
+
+    def connect(self) -> tuple[Any, Any]:
+        from distributed import Client
+
+        address = self.settings.scheduler or self.spec.cluster.scheduler
+        if address in ("local", "", None):
+            cluster = EmbeddedCluster(self.spec.cluster, self.spec.cluster.dashboard).start()
+            return cluster, Client(cluster, set_as_default=False)
+        return None, Client(address, set_as_default=False, timeout=self.settings.wait_for_workers)
+
+    def wait_for_devices(self, client: Any) -> None:
+        """Every device the plan pins must be offered by some worker (by identity resource)."""
+        needed = {device_resource(p.device_name) for p in self.plan.placements if p.device.device_index != "*"}
+        deadline = time.monotonic() + self.settings.wait_for_workers
+        while True:
+            offered = {r for w in client.scheduler_info(n_workers=-1)["workers"].values() for r in w.get("resources", {})}
+            missing = sorted(needed - offered)
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                names = ", ".join(m.removeprefix("device:") for m in missing)
+                raise NoWorkerError(f"no worker offers {len(missing)} device(s) the plan uses: {names} "
+                                    f"(waited {self.settings.wait_for_workers:g} s; start them with "
+                                    "'orchestrate worker SPEC --job NAME --task N --scheduler ADDRESS')")
+            time.sleep(0.1)
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> RunResult:
+        retries = max([op.retries for op in self.spec.ops] + [self.spec.run.retries])
+        settings = scheduler_config(self.spec.run.no_workers_timeout, retries)
+        with dask_settings(settings):
+            cluster, client = self.connect()
+            try:
+                link = client.dashboard_link if cluster is not None or self.spec.cluster.dashboard else None
+                self.echo(f"running '{self.spec.name}' on {'an embedded' if cluster else 'a remote'} Dask cluster "
+                          f"({len(self.spec.cluster.devices)} devices, GPU backend: {self.backend}"
+                          f"{' — simulated GPUs' if self.backend == 'simulated' and self._has_gpus() else ''}; "
+                          f"{self.backend_why})")
+                if link:
+                    self.echo(f"dashboard: {link}")
+                self.wait_for_devices(client)
+                client.register_plugin(DeviceRuntimePlugin(device_configs(self.spec.cluster, self.backend)),
+                                       name=f"orchestrator-{self.token}")
+                return self._run_on(client, link)
+            finally:
+                if self.settings.keep_alive and cluster is not None:
+                    self.echo("cluster kept alive (--keep-alive); press Ctrl-C to stop it")
+                    _wait_forever()
+                client.close()
+                if cluster is not None:
+                    cluster.close()
+
+    def _has_gpus(self) -> bool:
+        return any(d.is_gpu for d in self.spec.cluster.devices)
+
+    def _run_on(self, client: Any, link: str | None) -> RunResult:
+        compiled = compile_plan(self.plan, self.token, self.base_dir, host_outputs=self.backend == "cupy")
+        if self.spec.placement.log:
+            client.subscribe_topic(LOG_TOPIC, lambda event: self.echo(str(event[1])))
+        started = time.time()
+        values = self._compute(client, compiled)
+        elapsed = time.time() - started
+        events = [e for _, e in client.get_events(EVENT_TOPIC) if isinstance(e, dict) and e.get("run") == self.token]
+        stats = client.run(memory_stats)
+        report = self._report(compiled, events, stats, elapsed)
+        self._verify(report)
+        written = self._write_outputs(values) if self.settings.write_outputs else ()
+        if self.settings.report_path:
+            self._write_report(report)
+        return RunResult(self.spec.name, values, report, self.plan, self.backend, link, written)
+
+    def _compute(self, client: Any, compiled: CompiledGraph) -> dict[str, Any]:
+        from distributed import performance_report
+
+        keys = list(dict.fromkeys(compiled.output_keys.values()))
+        context: Any = performance_report(filename=self.settings.performance_report) \
+            if self.settings.performance_report else _nullcontext()
+        with context:
+            futures = client.get(compiled.graph, keys, sync=False, optimize_graph=False)
+            if self.settings.progress or (self.settings.progress is None and sys.stdout.isatty()):
+                from distributed import progress
+
+                progress(futures)
+                print()
+            try:
+                results = client.gather(futures)
+            except OrchestratorError:
+                raise
+            except Exception as exc:
+                raise self._translate(exc, compiled) from None
+        by_key = dict(zip(keys, results))
+        return {ref: by_key[key] for ref, key in compiled.output_keys.items()}
+
+    def _translate(self, exc: Exception, compiled: CompiledGraph) -> RunError:
+        text = f"{type(exc).__name__}: {exc}"
+        key = next((k for k in compiled.key_owner if k in str(exc)), None)
+        op = compiled.key_owner.get(key or "", "?")
+        device = self.plan.placement(op).device_name if op != "?" else "?"
+        if type(exc).__name__ == "NoValidWorkerError":
+            return NoWorkerError(f"op '{op}' cannot run: no worker offers its device {device} "
+                                 f"(waited {self.spec.run.no_workers_timeout:g} s)")
+        if type(exc).__name__ == "KilledWorker":
+            return RunError(f"op '{op}' on {device}: its worker died while running it more often than allowed "
+                            f"(set retries: N on the op)")
+        return RunError(f"op '{op}' on {device} failed: {text}")
+
+    # ------------------------------------------------------------------ after the run
+
+    def _report(self, compiled: CompiledGraph, events: Sequence[Mapping[str, Any]],
+                stats: Mapping[str, Mapping[str, Any]], elapsed: float) -> dict[str, Any]:
+        ran: dict[str, Mapping[str, Any]] = {}
+        failures: dict[str, int] = {}
+        moved = 0
+        for e in events:
+            if e.get("kind") == "op":
+                ran[e["op"]] = e
+            elif e.get("kind") == "failed":
+                failures[e["op"]] = failures.get(e["op"], 0) + 1
+            elif e.get("kind") == "move":
+                moved += int(e.get("bytes", 0))
+        ops = []
+        for p in self.plan.placements:
+            e = ran.get(p.op, {})
+            ops.append({"name": p.op, "op": p.kind, "planned_device": p.device_name, "worker": e.get("ran_on"),
+                        "start": e.get("start"), "duration": e.get("duration"), "output_bytes": e.get("bytes"),
+                        "retries": failures.get(p.op, 0), "why": p.why()})
+        devices = []
+        for m in self.plan.memory:
+            seen = next((s for s in stats.values() if s.get("ran_on") == m.device), {})
+            devices.append({"device": m.device, "ops": len(m.ops), "planned_peak_bytes": m.peak,
+                            "limit_bytes": m.limit, "peak_bytes_seen": seen.get("peak"),
+                            "backend": seen.get("backend")})
+        placement: dict[str, dict[str, int]] = {}
+        for entry in ops:
+            slot = placement.setdefault(entry["worker"] or entry["planned_device"], {"ops": 0, "bytes": 0})
+            slot["ops"] += 1
+            slot["bytes"] += int(entry["output_bytes"] or 0)
+        return {"format": 1, "name": self.spec.name, "file": self.spec.file, "run": self.token,
+                "backend": self.backend, "elapsed_seconds": elapsed, "ops": ops, "devices": devices,
+                "placement": placement, "totals": {"ops": len(ops), "tasks": len(compiled.tasks),
+                                                   "bytes_moved": moved, "moves": len(compiled.moves)}}
+
+    def _verify(self, report: Mapping[str, Any]) -> None:
+        wrong = []
+        for entry in report["ops"]:
+            worker, planned = entry["worker"], entry["planned_device"]
+            if worker is None:
+                wrong.append(f"{entry['name']}: no record of where it ran (planned {planned})")
+            elif worker != planned and not DeviceSpec.parse(planned).matches(_spec_or_empty(worker)):
+                wrong.append(f"{entry['name']}: ran on {worker}, planned {planned}")
+        if wrong:
+            raise PlacementMismatch("ops did not run where planned:\n  " + "\n  ".join(wrong))
+
+    def _write_outputs(self, values: Mapping[str, Any]) -> tuple[str, ...]:
+        allow = self.spec.run.allow_absolute_paths
+        staged: list[tuple[str, Any]] = []
+        for out in self.spec.outputs:
+            value = np.asarray(values[str(out.ref)])
+            if out.target == "-":
+                continue
+            staged.append((resolve_output(out.target, self.output_dir, allow), value))
+        temps: list[tuple[Any, str]] = []
+        try:
+            for path, value in staged:
+                ctx = atomic_open(path, "wb")
+                handle = ctx.__enter__()
+                _write_array(handle, path, value)
+                temps.append((ctx, path))
+        except BaseException:
+            for ctx, _ in temps:
+                ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)
+            raise
+        for ctx, _ in temps:
+            ctx.__exit__(None, None, None)
+        for out in self.spec.outputs:
+            if out.target == "-":
+                self.echo(f"{out.ref} =\n{np.array2string(np.asarray(values[str(out.ref)]), threshold=50)}")
+        for _, path in temps:
+            self.echo(f"wrote {os.path.relpath(path)}")
+        return tuple(path for _, path in temps)
+
+    def _write_report(self, report: Mapping[str, Any]) -> None:
+        import json
+
+        from ..atomic import write_text
+
+        write_text(self.settings.report_path or "run.json", json.dumps(report, indent=2, default=str) + "\n")
+
+
+def _write_array(handle: Any, path: str, value: np.ndarray) -> None:
+    if path.endswith(".npz"):
+        np.savez(handle, value=value)
+    elif path.endswith(".csv"):
+        if value.ndim > 2:
+            raise RunError(f"cannot write a {value.ndim}-D array to CSV file {path}; use .npy")
+        np.savetxt(handle, np.atleast_1d(value), delimiter=",")
+    else:
+        np.save(handle, value, allow_pickle=False)
+
+
+def _spec_or_empty(text: str) -> DeviceSpec:
+    try:
+        return DeviceSpec.parse(text)
+    except OrchestratorError:
+        return DeviceSpec()
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _wait_forever() -> None:
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+
+
+def run_plan(plan: Plan, settings: RunSettings | None = None, echo: Echo | None = None) -> RunResult:
+    return Runner(plan, settings or RunSettings(), echo or (lambda text: print(text, flush=True))).run()

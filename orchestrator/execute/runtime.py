@@ -1,0 +1,248 @@
+"""The worker side: what runs inside a Dask worker that stands for a device.
+
+A :class:`DeviceRuntimePlugin` (a Dask ``WorkerPlugin``, registered by the
+client before each run and re-applied by Dask to restarted workers) gives
+each worker the backend of the device its name denotes. Every task of the
+compiled graph calls :func:`run_op` (or :func:`move` / :func:`token`), which
+runs the op's kernel with the device's array module, charges the result to
+the device's memory, and records an event (op, device, start, duration,
+bytes) that the client uses to verify placement and write the run report.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib
+import os
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+from distributed import WorkerPlugin
+
+from ..errors import OpFailedError, OpTimeoutError, OrchestratorError, RunError
+from ..ops import lookup
+from .backends import Backend, DeviceConfig, make_backend
+
+EVENT_TOPIC = "orchestrator-op"
+LOG_TOPIC = "orchestrator-log"
+RUNTIME_ATTRIBUTE = "orchestrator_runtime"
+
+
+@dataclass(frozen=True)
+class OpTask:
+    """Everything a worker needs to run one op (pickled into the graph)."""
+
+    name: str
+    kind: str
+    tf_name: str
+    device: str
+    params: Mapping[str, Any]
+    n_inputs: int
+    input_keys: tuple[str, ...] | None = None
+    timeout: float | None = None
+    log: bool = False
+    base_dir: str = "."
+    step: int = 0
+    outputs: int = 1
+    run: str = ""  # the run token: events of other runs on a kept-alive cluster are ignored
+
+
+@dataclass
+class Runtime:
+    config: DeviceConfig
+    backend: Backend
+    user_paths: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class DeviceRuntimePlugin(WorkerPlugin):
+    """Gives each worker the backend of its device (by worker name)."""
+
+    name = "orchestrator-device-runtime"
+    idempotent = False
+
+    def __init__(self, configs: Mapping[str, DeviceConfig]):
+        self.configs = dict(configs)
+
+    def setup(self, worker: Any) -> None:
+        config = self.configs.get(str(worker.name)) or DeviceConfig(str(worker.name), "CPU", "host")
+        existing = getattr(worker, RUNTIME_ATTRIBUTE, None)
+        if existing is not None and existing.config == config:
+            return  # keep the allocator's accounting across runs on a kept-alive cluster
+        setattr(worker, RUNTIME_ATTRIBUTE, Runtime(config, make_backend(config)))
+
+    def teardown(self, worker: Any) -> None:
+        pass
+
+
+def _runtime(worker: Any = None) -> tuple[Any, Runtime]:
+    if worker is None:
+        from distributed import get_worker
+
+        worker = get_worker()
+    runtime = getattr(worker, RUNTIME_ATTRIBUTE, None)
+    if runtime is None:  # a worker the spec does not describe: a plain host device
+        runtime = Runtime(DeviceConfig(str(worker.name), "CPU", "host"), make_backend(
+            DeviceConfig(str(worker.name), "CPU", "host")))
+        setattr(worker, RUNTIME_ATTRIBUTE, runtime)
+    return worker, runtime
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, tuple):
+        return sum(_nbytes(v) for v in value)
+    return int(getattr(value, "nbytes", 0))
+
+
+def _user_origin(tb: Any) -> str:
+    """The innermost frame outside this package: the user's line."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frames = [f for f in traceback.extract_tb(tb) if not os.path.abspath(f.filename).startswith(package)]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f"{f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()}"
+
+
+def run_op(task: OpTask, *args: Any) -> Any:
+    """Run one op on this worker's device. Extra arguments past ``n_inputs`` are control tokens."""
+    worker, runtime = _runtime()
+    start = time.time()
+    try:
+        inputs = tuple(runtime.backend.adopt(x, task.name) for x in args[: task.n_inputs])
+        value = runtime.backend.execute(task.name, lambda: _with_timeout(task, runtime, inputs))
+    except Exception as exc:
+        worker.log_event(EVENT_TOPIC, {"op": task.name, "run": task.run, "step": task.step, "kind": "failed",
+                                       "ran_on": str(worker.name), "error": f"{type(exc).__name__}: {exc}"})
+        if isinstance(exc, OrchestratorError):
+            raise
+        raise OpFailedError(task.name, runtime.config.name, f"{type(exc).__name__}: {exc}",
+                            _user_origin(exc.__traceback__)) from None
+    stop = time.time()
+    worker.log_event(EVENT_TOPIC, {
+        "op": task.name, "run": task.run, "step": task.step, "device": task.device, "ran_on": str(worker.name),
+        "start": start, "duration": stop - start, "bytes": _nbytes(value), "kind": "op",
+        "memory": runtime.backend.stats(),
+    })
+    if task.log:
+        worker.log_event(LOG_TOPIC, f"Executing op {task.tf_name} in device {worker.name}")
+    return value
+
+
+def _with_timeout(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...]) -> Any:
+    if task.timeout is None:
+        return kernel(task, runtime, inputs)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"op-{task.name}")
+    future = pool.submit(kernel, task, runtime, inputs)
+    try:
+        return future.result(timeout=task.timeout)
+    except concurrent.futures.TimeoutError:
+        # A thread cannot be killed; the late result is dropped and the run fails now.
+        raise OpTimeoutError(task.name, runtime.config.name, task.timeout) from None
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def kernel(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...]) -> Any:
+    xp = runtime.backend.xp
+    kind, params = task.kind, task.params
+    if kind == "call":
+        return _call(task, runtime, inputs)
+    if kind == "load":
+        return xp.asarray(load_array(os.path.join(task.base_dir, params["path"]), params))
+    if kind == "save":
+        save_array(os.path.join(task.base_dir, params["path"]), runtime.backend.to_host(inputs[0]), params)
+        return inputs[0]
+    definition = lookup(kind)
+    if definition is None:
+        raise RunError(f"op '{task.name}': unknown op type '{kind}'")
+    merged = {**params, "op": kind} if kind in ("sum", "mean") else params
+    if kind.startswith("random."):
+        return definition.compute(xp, merged, step=task.step)  # a fresh draw per loop step
+    result = definition.compute(xp, merged, *inputs)
+    return tuple(result) if isinstance(result, (list, tuple)) else xp.asarray(result)
+
+
+def _call(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...]) -> Any:
+    fn_path = str(task.params["fn"])
+    module_name, _, fn_name = fn_path.partition(":")
+    with runtime.lock:
+        if task.base_dir not in runtime.user_paths:
+            sys.path.insert(0, task.base_dir)
+            runtime.user_paths.add(task.base_dir)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise OpFailedError(task.name, runtime.config.name,
+                            f"cannot import module '{module_name}' for fn '{fn_path}': {exc}",
+                            f"looked in {task.base_dir} and the Python path") from None
+    fn = getattr(module, fn_name, None)
+    if fn is None:
+        raise OpFailedError(task.name, runtime.config.name,
+                            f"module '{module_name}' has no function '{fn_name}'", module.__file__ or "")
+    xp = runtime.backend.xp
+    device_inputs = [runtime.backend.to_device(x, task.name) if x is not None else x for x in inputs]
+    kwargs = dict(task.params.get("params") or {})
+    if task.input_keys is not None:
+        kwargs.update(zip(task.input_keys, device_inputs))
+        result = fn(xp=xp, **kwargs)
+    else:
+        result = fn(*device_inputs, xp=xp, **kwargs)
+    if task.outputs > 1:
+        if not isinstance(result, (tuple, list)) or len(result) != task.outputs:
+            raise OpFailedError(task.name, runtime.config.name,
+                                f"fn '{fn_path}' must return {task.outputs} arrays, got {type(result).__name__}")
+        return tuple(xp.asarray(r) for r in result)
+    return xp.asarray(result)
+
+
+def load_array(path: str, params: Mapping[str, Any]) -> np.ndarray:
+    fmt = params.get("format") or ("csv" if path.endswith(".csv") else "npy")
+    dtype = params.get("dtype")
+    if fmt == "npy":
+        arr = np.load(path, allow_pickle=False)
+        return arr.astype(dtype) if dtype else arr
+    return np.loadtxt(path, delimiter=params.get("delimiter", ","), skiprows=int(params.get("header", 0)),
+                      dtype=dtype or "float64", ndmin=1)
+
+
+def save_array(path: str, value: Any, params: Mapping[str, Any]) -> None:
+    from ..atomic import atomic_open
+
+    fmt = params.get("format") or ("csv" if path.endswith(".csv") else "npy")
+    with atomic_open(path, "wb") as handle:
+        if fmt == "csv":
+            np.savetxt(handle, np.atleast_1d(np.asarray(value)), delimiter=",")
+        else:
+            np.save(handle, np.asarray(value), allow_pickle=False)
+
+
+def move(name: str, device: str, run: str, value: Any) -> Any:
+    """Receive a value from another device: one explicit copy per consuming device."""
+    worker, runtime = _runtime()
+    start = time.time()
+    moved = runtime.backend.to_device(value, name)
+    worker.log_event(EVENT_TOPIC, {"op": name, "run": run, "device": device, "ran_on": str(worker.name), "start": start,
+                                   "duration": time.time() - start, "bytes": _nbytes(moved), "kind": "move"})
+    return moved
+
+
+def token(*_: Any) -> None:
+    """A control edge: done when its producer is, moving no data."""
+    return None
+
+
+def to_host(value: Any) -> Any:
+    _, runtime = _runtime()
+    return runtime.backend.to_host(value)
+
+
+def memory_stats(dask_worker: Any) -> dict[str, Any]:
+    """Run on every worker (``Client.run``) after a run: the device's peak memory as its backend saw it."""
+    worker, runtime = _runtime(dask_worker)
+    return {"ran_on": str(worker.name), **runtime.backend.stats()}
