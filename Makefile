@@ -14,8 +14,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/orchestrate validate examples/quickstart.yaml
-	$(BIN)/orchestrate plan examples/quickstart.yaml
+	$(BIN)/orchestrate run examples/quickstart.yaml --report examples/results/quickstart-run.json
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

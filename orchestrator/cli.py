@@ -57,6 +57,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_plan)
 
+    p = sub.add_parser("run", help="run a spec on an embedded or remote Dask cluster",
+                       description="Validate, place and run a spec. By default an embedded Dask cluster is built "
+                                   "from the spec (one worker per device; simulated GPUs when no CUDA GPU is "
+                                   "visible) and shut down afterwards.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="use a running Dask scheduler instead of the spec's")
+    p.add_argument("--output-dir", metavar="DIR", help="directory output paths are relative to")
+    p.add_argument("--report", metavar="FILE", help="write a JSON run report (per op: planned device, worker, timings)")
+    p.add_argument("--performance-report", metavar="FILE", help="write Dask's HTML performance report")
+    p.add_argument("--keep-alive", action="store_true", help="keep the embedded cluster up after the run (Ctrl-C ends)")
+    p.add_argument("--gpu-backend", choices=["auto", "cupy", "simulated"], help="override cluster.gpu_backend")
+    p.add_argument("--wait-for-workers", type=float, default=30.0, metavar="SECONDS",
+                   help="how long to wait for the devices of a remote cluster (default 30)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show a progress bar (default: on a terminal)")
+    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(handler=cmd_run)
+
     p = sub.add_parser("schema", help="print the JSON Schema of the spec language",
                        description="Print the JSON Schema (2020-12) of spec files, for editors and CI.")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
@@ -96,6 +114,24 @@ def _write_dot(target: str, dot_source: str) -> None:
     if done.returncode != 0:
         raise UsageError(f"dot failed to render {target}: {done.stderr.decode(errors='replace').strip()}")
     write_bytes(target, done.stdout)
+
+
+def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    from .execute.run import RunSettings, run_plan
+
+    checked = api.check_file(args.file)
+    if checked.errors or checked.plan is None:
+        sys.stderr.write(report.diagnostics_text([(checked.file, checked.diagnostics)]))
+        return EXIT_INVALID
+    for d in checked.warnings:
+        sys.stderr.write(d.render() + "\n")
+    settings = RunSettings(scheduler=args.scheduler, keep_alive=args.keep_alive, output_dir=args.output_dir,
+                           report_path=args.report, performance_report=args.performance_report,
+                           progress=args.progress, gpu_backend=args.gpu_backend,
+                           wait_for_workers=args.wait_for_workers)
+    result = run_plan(checked.plan, settings, lambda text: (out.write(text + "\n"), out.flush()))
+    out.write(report.placement_summary(result.report))
+    return EXIT_OK
 
 
 def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:

@@ -20,7 +20,16 @@ of ``*`` stays open: Dask chooses among that task's GPUs at run time.
 The resolved device must exist and the op must have a kernel for its type.
 If not, strict placement reports it in TF's words; soft placement falls back
 to the same task's GPU:0 (when the op has a GPU kernel and the task a GPU),
-else its CPU:0, and records why.
+else its CPU:0, and records why (an op whose job or task does not exist falls
+back to task 0 of the default job). The fields the fallback changed are
+attributed to "soft fallback". A fallback that still has no kernel (a
+GPU-only ``call`` on a task without GPUs) is an error even when soft.
+
+Each field of the plan names its source: ``op``, ``scope``, the construct
+that set it (``replicate 'towers'``), ``rule N`` (``rule N (round_robin)`` for
+the task a round-robin rule chose), ``placement.default``, ``default`` (TF's
+defaults), ``colocated with 'x'`` or ``soft fallback``. An input read from
+another device is a transfer, listed once per consuming op.
 
 State: the placer walks ops in topological order keeping only the devices
 already chosen (for colocation and transfers) and, per round-robin rule, a
@@ -59,11 +68,10 @@ class _Resolution:
     def override(self, other: DeviceSpec, source: str) -> None:
         merged = self.spec.merge(other)
         for name in FIELDS:
-            if getattr(other, name) is not None or (name == "device_index" and other.device_type is not None):
-                if getattr(merged, name) is not None:
-                    self.sources[name] = source
-                else:
-                    self.sources.pop(name, None)
+            if getattr(other, name) is not None:
+                self.sources[name] = source
+        if merged.device_index is None:  # a type change without an index drops the outer index
+            self.sources.pop("device_index", None)
         self.spec = merged
 
 
@@ -112,9 +120,10 @@ class Placer:
         fallback = self.check(op, res)
         device = res.spec
         self.chosen[op.name] = device
-        transfers = tuple(
+        crossing = dict.fromkeys(ref for ref in op.inputs if ref.op in self.chosen and self.chosen[ref.op] != device)
+        transfers = tuple(  # an input read twice (add(a, a)) still moves once
             Transfer(ref, self.chosen[ref.op].to_string(), device.to_string(), self.spec.value(ref).nbytes)
-            for ref in op.inputs if ref.op in self.chosen and self.chosen[ref.op] != device
+            for ref in crossing
         )
         out_bytes = _sum_known([self.spec.value(_ref(op.name, i, op.outputs)).nbytes for i in range(op.outputs)])
         sources = tuple((name, res.sources.get(name, "default")) for name in FIELDS)
@@ -157,10 +166,17 @@ class Placer:
                 "pin it to an existing device with a kernel, or set placement.soft: true"))
             return ""
         fallback = self.fallback(op, res.spec)
-        for name in FIELDS:
-            if getattr(fallback, name) != getattr(res.spec, name):
-                res.sources[name] = "soft fallback"
+        changed = [name for name in FIELDS if getattr(fallback, name) != getattr(res.spec, name)]
+        if "device_type" in changed:  # CPU:0 after GPU:0: the index belongs to the new type
+            changed.append("device_index")
+        for name in changed:
+            res.sources[name] = "soft fallback"
         res.spec = fallback
+        still = self.problem(op, fallback)
+        if still is not None:  # e.g. a GPU-only call op on a task without a GPU
+            self.diagnostics.append(self.spec.document.diagnostic(
+                "placement", _device_path(op), f"{problem}; soft placement cannot fall back either: {still}",
+                "give the op a kernel for a device the cluster has, or add that device"))
         return problem
 
     def problem(self, op: Op, spec: DeviceSpec) -> str | None:

@@ -172,3 +172,20 @@ def plan_dot(plan: Plan) -> str:
 
 
 PLAN_FORMATS: Mapping[str, Callable[[Plan], str]] = {"text": plan_text, "json": plan_json, "dot": plan_dot}
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def placement_summary(run_report: Mapping[str, Any]) -> str:
+    """The end-of-run summary: ops and output bytes per device, then totals."""
+    rows = sorted(run_report["placement"].items())
+    width = max([len(device) for device, _ in rows] + [6])
+    lines = ["", "placement summary:", f"  {'device'.ljust(width)}  {'ops':>5}  {'output bytes':>12}"]
+    for device, slot in rows:
+        lines.append(f"  {device.ljust(width)}  {slot['ops']:>5}  {format_bytes(slot['bytes']):>12}")
+    totals = run_report["totals"]
+    lines.append(f"  {totals['ops']} ops ({totals['tasks']} Dask tasks) in {run_report['elapsed_seconds']:.2f} s; "
+                 f"{totals['moves']} transfers moved {format_bytes(totals['bytes_moved'])}; "
+                 f"placement verified against the plan")
+    return "\n".join(lines) + "\n"

@@ -178,10 +178,10 @@ class Runner:
     def _compute(self, client: Any, compiled: CompiledGraph) -> dict[str, Any]:
         from distributed import performance_report
 
-        keys = list(dict.fromkeys(compiled.output_keys.values()))
+        keys = list(dict.fromkeys([*compiled.output_keys.values(), *compiled.sink_keys]))
         context: Any = performance_report(filename=self.settings.performance_report) \
             if self.settings.performance_report else _nullcontext()
-        with context:
+        with client.as_current(), context:
             futures = client.get(compiled.graph, keys, sync=False, optimize_graph=False)
             if self.settings.progress or (self.settings.progress is None and sys.stdout.isatty()):
                 from distributed import progress
