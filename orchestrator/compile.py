@@ -59,7 +59,7 @@ class CompiledGraph:
     key_owner: Mapping[str, str]  # key -> op it belongs to (for errors naming the op)
     token: str
     moves: tuple[tuple[str, str, str], ...] = field(default=())  # (value, from device, to device)
-    sink_keys: tuple[str, ...] = ()  # tokens of ops nothing else waits for: computed, not fetched
+    sink_keys: tuple[str, ...] = ()  # ops nothing else waits for: computed, waited for, not fetched
 
 
 def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool = False,
@@ -146,18 +146,11 @@ def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool
             key = host_key
         output_keys[str(out.ref)] = key
 
-    # Ops nothing reads and no output names still run (a save, a side effect); a token
-    # on their own device finishes them without shipping their values to the client.
+    # Ops nothing reads and no output names still run (a save, a side effect): the runner
+    # waits for them without fetching their values.
     consumed = {ref.op for op in spec.ops for ref in op.inputs} | {a for op in spec.ops for a in op.after}
     consumed |= {out.ref.op for out in spec.outputs}
-    sink_keys = []
-    for placement in plan.placements:
-        if placement.op not in consumed and placement.op not in (inject or {}):
-            done_key = f"done({placement.op}){suffix}"
-            if done_key not in tasks:
-                add(done_key, Task(done_key, control_token, TaskRef(op_keys[placement.op])), placement.device,
-                    placement.op, 0)
-            sink_keys.append(done_key)
+    sink_keys = [op_keys[p.op] for p in plan.placements if p.op not in consumed and p.op not in (inject or {})]
 
     layer = MaterializedLayer(tasks, annotations={
         "resources": _Lookup(resources, {}),

@@ -24,8 +24,9 @@ strings but judges nothing else: checks belong to ``validate``.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .devices import DeviceSpec
 from .errors import DeviceSpecError, Diagnostic, YamlPath
@@ -44,6 +45,12 @@ class Expansion:
 
 
 Resolver = Callable[[str], OpRef]
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """``did you mean 'worker'?`` for the closest candidate, or ``""`` (validate re-exports it)."""
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else ""
 
 
 def parse_ref(text: str) -> OpRef:
@@ -87,6 +94,20 @@ class _Expander:
                 "device-pattern", path, f"device pattern '{spec}' matches no device of the cluster",
                 "list devices explicitly or add GPUs to a job"))
         return [DeviceRequest(d.spec, source, path) for d in matches]
+
+    def body_defines(self, local: set[str], wanted: str, path: YamlPath, what: str, construct: str,
+                     key: bool = False) -> bool:
+        """True if a body defines ``wanted``; else a diagnostic (combine and select name body ops only).
+
+        Without this check the reference would be looked up per copy and reported
+        as ``towers/0/d`` and ``towers/1/d``, names the user never wrote.
+        """
+        if wanted in local:
+            return True
+        self.diagnostics.append(self.doc.diagnostic(
+            f"{what}-unknown", path, f"{what} names '{wanted}', which the body of '{construct}' does not define",
+            did_you_mean(wanted, local) or f"body ops: {', '.join(sorted(local))}", key=key))
+        return False
 
     @staticmethod
     def local_names(items: Sequence[Any]) -> set[str]:
@@ -189,6 +210,8 @@ class _Expander:
             req = self.device(spec["combine_device"], (*rpath, "combine_device"), f"replicate '{name}' combine_device")
             combine_chain = chain + ((req,) if req else ())
         for out, how in (spec.get("combine") or {}).items():
+            if not self.body_defines(local, str(out), (*rpath, "combine", out), "combine", name, key=True):
+                continue
             refs = tuple(OpRef(f"{name}/{i}/{out}") for i in range(len(devices)))
             params = {"axis": 0} if how == "concat" else {}
             self.ops.append(Op(f"{name}.{out}", COMBINE_KIND[how], refs, params, (*rpath, "combine", out),
@@ -213,8 +236,10 @@ class _Expander:
         if not select:
             return
         mode, metric = next(iter(select.items()))
-        metrics = tuple(OpRef(f"{name}/{i}/{metric}") for i in range(len(values)))
         sel_path = (*spath, "select", mode)
+        if not self.body_defines(local - {param}, str(metric), sel_path, "select", name):
+            return
+        metrics = tuple(OpRef(f"{name}/{i}/{metric}") for i in range(len(values)))
         self.ops.append(Op(f"{name}.best", "select", metrics, {"mode": mode, "values": values}, sel_path,
                            device_chain=chain, group=name))
         for local_name in sorted(self.local_names(body)):

@@ -628,7 +628,7 @@ def _parse(text: str, file: str, directory: str, loader_class: type) -> Document
     except _Problem as problem:
         raise LoadError([problem.diagnostic(file, root)]) from None
     except yaml.MarkedYAMLError as err:
-        raise LoadError([_yaml_error_diagnostic(err, file)]) from None
+        raise LoadError([_yaml_error_diagnostic(err, file, text)]) from None
     except yaml.YAMLError as err:  # unmarked (e.g. a reader error): no better position
         _fail("yaml-syntax", file, str(err).splitlines()[0], _SYNTAX_HINT)
     finally:
@@ -662,10 +662,17 @@ def _describe(root: Node | None) -> str:
     return {"int": "a number", "float": "a number", "bool": "a boolean", "timestamp": "a date"}.get(name, "a string")
 
 
-def _yaml_error_diagnostic(err: yaml.MarkedYAMLError, file: str) -> Diagnostic:
+def _yaml_error_diagnostic(err: yaml.MarkedYAMLError, file: str, text: str = "") -> Diagnostic:
     """Scanner/parser errors (and constructor errors PyYAML raises itself)."""
     mark = err.problem_mark or err.context_mark
     line, column = _mark_position(mark) if mark is not None else (1, 1)
+    if _indenting_tab(text, line, column):
+        # libyaml says "found a tab character that violates indentation while
+        # scanning a plain scalar", PyYAML "found character '\t' that cannot
+        # start any token": both mean the same everyday slip.
+        return Diagnostic("yaml-syntax", file, line, column, (),
+                          "a tab character is used for indentation; YAML indents with spaces only",
+                          "replace the tab with spaces")
     message = err.problem or err.context or "invalid YAML"
     if err.problem and err.context:
         message += f" {err.context}"
@@ -675,6 +682,15 @@ def _yaml_error_diagnostic(err: yaml.MarkedYAMLError, file: str) -> Diagnostic:
     if isinstance(err, ConstructorError):
         return Diagnostic("yaml-value", file, line, column, (), message, "check the value near here")
     return Diagnostic("yaml-syntax", file, line, column, (), message, _SYNTAX_HINT)
+
+
+def _indenting_tab(text: str, line: int, column: int) -> bool:
+    """True when the character at (line, column) is a tab with only whitespace before it on its line."""
+    lines = text.split("\n", line)
+    if not 1 <= line <= len(lines):
+        return False
+    row = lines[line - 1]
+    return 0 < column <= len(row) and row[column - 1] == "\t" and not row[: column - 1].strip(" \t")
 
 
 def _duplicate_diagnostics(duplicates: list[tuple[Any, Node, Node, Node]], root: Node, file: str) -> list[Diagnostic]:

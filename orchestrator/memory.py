@@ -8,9 +8,16 @@ reads it, a value arriving from elsewhere occupies memory from the first to
 the last step that reads it there — it moves once per consuming device.
 
 The peak of a device is the largest sum of live bytes at a step that runs on
-it; the op running then is "the op at the peak". Limits: a GPU's enforced cap
-(``gpu_memory``), a CPU's ``memory_limit``. Ops of unknown size count as zero,
-so a device with such ops has a lower bound, reported as a warning.
+it; the op running then is "the op at the peak" (the first such op on a tie).
+Limits: a GPU's enforced cap (``gpu_memory``: ``limit``, else ``fraction`` x
+``total`` shared by its virtual GPUs), a CPU's ``memory_limit``; a peak over
+its limit is an error naming that op. Ops of unknown size (a ``call`` without
+``output``, a ``load``) count as zero, so such a device's peak is a lower
+bound: a warning where the user declared the limit, a note otherwise.
+
+Ops left on ``GPU:*`` (Dask picks the GPU at run time) are counted together,
+as if on one GPU, against the smallest limit among the GPUs they may use: an
+upper bound of what those ops hold on any one GPU.
 """
 
 from __future__ import annotations
@@ -83,7 +90,7 @@ def plan_memory(plan: Plan) -> Plan:
         running = {step_of[n]: n for n in names}
         for step in steps:
             live += changes.get(step, 0)
-            if step in running and live > peak:
+            if step in running and (peak_op is None or live > peak):  # ties: the first op to reach it
                 peak, peak_op = live, running[step]
         limit = _limit(plan, device)
         memory = DeviceMemory(device, tuple(names), peak, peak_op, limit, tuple(unknown.get(device, ())),
@@ -118,7 +125,7 @@ def _judge(plan: Plan, memory: DeviceMemory) -> list[Diagnostic]:
             f"limit is {format_bytes(memory.limit)}",
             "raise the device's limit (gpu_memory / memory_limit), split the work across devices, "
             "or place large ops elsewhere")]
-    if memory.unknown and _declared(plan.spec.cluster, memory.device):
+    if memory.unknown and _declared(plan, memory.device):
         op = plan.spec.op(memory.unknown[0])
         return [doc.diagnostic(
             "memory-unknown", op.path,
@@ -129,9 +136,14 @@ def _judge(plan: Plan, memory: DeviceMemory) -> list[Diagnostic]:
     return []
 
 
-def _declared(cluster: Cluster, device: str) -> bool:
+def _declared(plan: Plan, device: str) -> bool:
+    """Did the user set this device's limit? For ``GPU:*``, any GPU it may run on."""
+    cluster = plan.spec.cluster
     known = cluster.device(device)
-    return known.limit_declared if known is not None else True
+    if known is not None:
+        return known.limit_declared
+    pattern = next(p.device for p in plan.placements if p.device_name == device)
+    return any(d.limit_declared for d in cluster.matching(pattern))
 
 
 def _device_order(cluster: Cluster, device: str) -> tuple[int, str]:

@@ -13,6 +13,7 @@ device: the same seed gives the same numbers on CPU, simulated GPU and CuPy.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -30,11 +31,16 @@ COMMON_KEYS = frozenset({"name", "op", "inputs", "device", "after", "tags", "ret
 
 
 class ShapeError(ValueError):
-    """Inputs whose shapes or dtypes an op cannot combine; message names both."""
+    """Inputs whose shapes or dtypes an op cannot combine; message names both.
 
-    def __init__(self, message: str, hint: str = ""):
+    ``key`` names the op's field at fault (``"value"``, ``"shape"``, ``"axis"``)
+    so a diagnostic can point at it; ``None`` means the inputs.
+    """
+
+    def __init__(self, message: str, hint: str = "", key: str | None = None):
         super().__init__(message)
         self.hint = hint
+        self.key = key
 
 
 @dataclass(frozen=True)
@@ -78,22 +84,72 @@ def _fmt(shape: tuple[int, ...] | None) -> str:
     return "?" if shape is None else "[" + ", ".join(map(str, shape)) + "]"
 
 
+@lru_cache(maxsize=None)
 def _result_dtype(*dtypes: str | None) -> str | None:
     if any(d is None for d in dtypes):
         return None
     return str(np.result_type(*[np.dtype(d) for d in dtypes if d is not None]))
 
 
+@lru_cache(maxsize=None)
+def _scalar_result(dtype: str, scalar: type) -> str:
+    # NumPy 2 promotes a Python scalar weakly: int array * 2 stays int, * 0.5 becomes float64
+    return str(np.result_type(np.dtype(dtype), scalar(1)))
+
+
 # --------------------------------------------------------------------------- inference
 
 
 def infer_literal(p: Params, _: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    problem = literal_problem(p["value"])
+    if problem is not None:
+        raise ShapeError(*problem, key="value")
     try:
         arr = np.asarray(p["value"], dtype=p.get("dtype", "float64"))
-    except (ValueError, TypeError) as exc:
-        raise ShapeError(f"value is not a rectangular array of numbers: {exc}",
-                         "nested lists must all have the same length") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # e.g. 300 as uint8, 1.5 as bool
+        raise ShapeError(f"value cannot be stored as {p.get('dtype', 'float64')}: {exc}",
+                         "change the value or the dtype", key="value") from None
     return (ValueInfo(tuple(arr.shape), str(arr.dtype)),)
+
+
+def literal_problem(value: Any, where: str = "value") -> tuple[str, str] | None:
+    """Why ``value`` is not a rectangular array of numbers, naming the first bad spot; None if it is.
+
+    NumPy's own error ("inhomogeneous shape after 1 dimensions ...") names
+    neither the row nor the lengths, so the nested lists are walked here.
+    """
+    if isinstance(value, bool) or isinstance(value, (int, float)):
+        return None
+    if isinstance(value, str):
+        return (f"{where} must be a number or nested lists of numbers, got the string {value!r}",
+                "write numbers without quotes, e.g. 1.5 rather than '1.5'")
+    if value is None or isinstance(value, dict):
+        found = "null" if value is None else "a mapping"
+        return (f"{where} must be a number or nested lists of numbers, got {found}",
+                "e.g. value: [[1, 2], [3, 4]]")
+    if not isinstance(value, list):  # pragma: no cover - YAML data holds nothing else
+        return (f"{where} must be a number or nested lists of numbers", "e.g. value: [[1, 2], [3, 4]]")
+    for i, item in enumerate(value):
+        problem = literal_problem(item, f"{where}[{i}]")
+        if problem is not None:
+            return problem
+    shapes = [_nested_shape(item) for item in value]
+    for i, shape in enumerate(shapes[1:], start=1):
+        if shape != shapes[0]:
+            return (f"{where} is ragged: {where}[0] has shape {_fmt(shapes[0])} but {where}[{i}] has "
+                    f"shape {_fmt(shape)}", "every row of a nested list must have the same length")
+    return None
+
+
+def _nested_shape(value: Any) -> tuple[int, ...]:
+    """Shape of a nested list already known to be rectangular below its top level."""
+    shape: list[int] = []
+    while isinstance(value, list):
+        shape.append(len(value))
+        if not value:
+            break
+        value = value[0]
+    return tuple(shape)
 
 
 def infer_shaped(p: Params, _: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
@@ -112,8 +168,7 @@ def infer_elementwise(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, .
     if len(ins) == 1:
         if "scalar" not in p:
             raise ShapeError("needs two inputs, or one input and 'scalar'", "add 'scalar: 2' or a second input")
-        # NumPy 2 promotes a Python scalar weakly: int array * 2 stays int, * 0.5 becomes float64
-        dtype = str(np.result_type(np.dtype(ins[0].dtype), p["scalar"])) if ins[0].dtype else None
+        dtype = _scalar_result(ins[0].dtype, type(p["scalar"])) if ins[0].dtype else None
         return (ValueInfo(ins[0].shape, dtype),)
     if "scalar" in p:
         raise ShapeError("takes either two inputs or one input and 'scalar', not both", "remove 'scalar'")
@@ -163,14 +218,17 @@ def infer_add_n(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
     shapes = {i.shape for i in ins if i.shape is not None}
     if len(shapes) > 1:
         a, b = sorted(shapes, key=str)[:2]
-        raise ShapeError(f"add_n inputs must have equal shapes, got {_fmt(a)} and {_fmt(b)}")
+        raise ShapeError(f"add_n inputs must have equal shapes, got {_fmt(a)} and {_fmt(b)}",
+                         "add_n sums arrays of one shape; use add for broadcasting")
     shape = shapes.pop() if shapes and all(i.shape is not None for i in ins) else None
     return (ValueInfo(shape, _result_dtype(*[i.dtype for i in ins])),)
 
 
 def _norm_axis(axis: int, ndim: int, shape: tuple[int, ...]) -> int:
     if not -ndim <= axis < ndim:
-        raise ShapeError(f"axis {axis} is out of range for shape {_fmt(shape)}")
+        raise ShapeError(f"axis {axis} is out of range for shape {_fmt(shape)}",
+                         f"valid axes here are {-ndim}..{ndim - 1}" if ndim else "a scalar has no axes",
+                         key="axis")
     return axis % ndim
 
 
@@ -203,7 +261,8 @@ def infer_concat(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
         s = info.shape
         assert s is not None
         if len(s) != len(first) or any(d != e for i, (d, e) in enumerate(zip(s, first)) if i != ax):
-            raise ShapeError(f"concat shapes {_fmt(first)} and {_fmt(s)} differ outside axis {ax}")
+            raise ShapeError(f"concat shapes {_fmt(first)} and {_fmt(s)} differ outside axis {ax}",
+                             f"inputs must have equal shapes except along axis {ax}")
         total += s[ax]
     return (ValueInfo(tuple(total if i == ax else d for i, d in enumerate(first)), dtype),)
 
@@ -216,7 +275,8 @@ def infer_stack(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
     assert first is not None
     for info in ins:
         if info.shape != first:
-            raise ShapeError(f"stack inputs must have equal shapes, got {_fmt(first)} and {_fmt(info.shape)}")
+            raise ShapeError(f"stack inputs must have equal shapes, got {_fmt(first)} and {_fmt(info.shape)}",
+                             "use concat to join arrays of different lengths")
     axis = int(p.get("axis", 0) or 0)
     ax = _norm_axis(axis, len(first) + 1, first)
     shape = list(first)
@@ -230,7 +290,7 @@ def infer_split(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
     if x.shape is None:
         return tuple(ValueInfo(None, x.dtype) for _ in range(num))
     if len(x.shape) == 0:
-        raise ShapeError("cannot split a scalar")
+        raise ShapeError("cannot split a scalar", "split needs an array of rank >= 1")
     ax = _norm_axis(int(p.get("axis", 0) or 0), len(x.shape), x.shape)
     sizes = split_sizes(x.shape[ax], num)
     return tuple(ValueInfo(tuple(s if i == ax else d for i, d in enumerate(x.shape)), x.dtype) for s in sizes)
@@ -250,7 +310,8 @@ def infer_transpose(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...
     if axes is None:
         return (ValueInfo(tuple(reversed(x.shape)), x.dtype),)
     if sorted(int(a) % max(len(x.shape), 1) for a in axes) != list(range(len(x.shape))):
-        raise ShapeError(f"axes {list(axes)} are not a permutation of the {len(x.shape)} axes of {_fmt(x.shape)}")
+        raise ShapeError(f"axes {list(axes)} are not a permutation of the {len(x.shape)} axes of {_fmt(x.shape)}",
+                         f"e.g. axes: {list(reversed(range(len(x.shape))))}", key="axes")
     return (ValueInfo(tuple(x.shape[int(a)] for a in axes), x.dtype),)
 
 
@@ -261,14 +322,16 @@ def infer_reshape(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
         return (ValueInfo(None if -1 in target else tuple(target), x.dtype),)
     size = math.prod(x.shape)
     if target.count(-1) > 1:
-        raise ShapeError("reshape can infer at most one dimension (-1)")
+        raise ShapeError("reshape can infer at most one dimension (-1)", key="shape")
     if -1 in target:
         rest = math.prod(d for d in target if d != -1)
         if rest == 0 or size % rest:
-            raise ShapeError(f"cannot reshape {_fmt(x.shape)} into {target}")
+            raise ShapeError(f"cannot reshape {_fmt(x.shape)} into {target}", key="shape")
         target[target.index(-1)] = size // rest
     if math.prod(target) != size:
-        raise ShapeError(f"cannot reshape {_fmt(x.shape)} ({size} elements) into {_fmt(tuple(target))}")
+        raise ShapeError(f"cannot reshape {_fmt(x.shape)} ({size} elements) into {_fmt(tuple(target))} "
+                         f"({math.prod(target)} elements)", "the new shape must hold the same number of elements",
+                         key="shape")
     return (ValueInfo(tuple(target), x.dtype),)
 
 

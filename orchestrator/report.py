@@ -79,10 +79,15 @@ def _pct(m: DeviceMemory) -> str:
     return "-" if m.used_fraction is None else f"{100 * m.used_fraction:.1f}%"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def plan_text(plan: Plan) -> str:
+    """A table per device (ops, peak vs limit, bytes in/out), then TF's placement log line per op, with why."""
     spec = plan.spec
-    lines = [f"plan for '{spec.name}' ({spec.file}): {len(plan.placements)} ops on {len(plan.memory)} devices"
-             f" of {len(spec.cluster.devices)}", ""]
+    lines = [f"plan for '{spec.name}' ({spec.file}): {_count(len(plan.placements), 'op')} on "
+             f"{len(plan.memory)} of {_count(len(spec.cluster.devices), 'device')}", ""]
     header = ("device", "ops", "peak / limit", "used", "in", "out")
     rows = []
     for m in plan.memory:
@@ -97,6 +102,10 @@ def plan_text(plan: Plan) -> str:
     for m in unknown:
         lines.append(f"  note: {len(m.unknown)} op(s) of unknown size on {m.device} "
                      f"({', '.join(m.unknown[:3])}{', ...' if len(m.unknown) > 3 else ''}): peak is a lower bound")
+    for m in plan.memory:
+        if m.device.endswith(":*"):
+            lines.append(f"  note: Dask picks the GPU of {m.device} ops at run time; "
+                         "their memory is counted as if on one GPU")
     lines.append("")
     lines.append("placement (op: (Type): device  # why):")
     for p in plan.placements:
@@ -143,29 +152,37 @@ def _q(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _label(*lines: str) -> str:
+    """A quoted DOT label of several lines, joined by ``\\n`` (Graphviz's centred line break)."""
+    return '"' + "\\n".join(_q(line)[1:-1] for line in lines) + '"'
+
+
 def plan_dot(plan: Plan) -> str:
-    """Graphviz DOT: one cluster per device, cross-device edges labelled with their bytes."""
+    """Graphviz DOT: one cluster per used device, cross-device edges labelled with their bytes."""
     spec = plan.spec
+    ops_on: dict[str, list[str]] = {m.device: [] for m in plan.memory}  # the memory plan's order, if any
+    for p in plan.placements:
+        ops_on.setdefault(p.device_name, []).append(p.op)
     lines = [f"digraph {_q(spec.name)} {{", "  rankdir=LR;", "  node [shape=box, style=filled, fontsize=10];"]
-    for i, m in enumerate(plan.memory):
+    for i, (device, names) in enumerate((d, n) for d, n in ops_on.items() if n):
         colour = _PALETTE[i % len(_PALETTE)]
         lines.append(f"  subgraph {_q('cluster_' + str(i))} {{")
-        lines.append(f"    label={_q(m.device)}; style=rounded; color={_q(colour)};")
-        for name in m.ops:
-            lines.append(f"    {_q(name)} [label={_q(name + chr(10) + tf_name(spec.op(name).kind))}, "
+        lines.append(f"    label={_q(device)}; style=rounded; color={_q(colour)};")
+        for name in names:
+            lines.append(f"    {_q(name)} [label={_label(name, tf_name(spec.op(name).kind))}, "
                          f"fillcolor={_q(colour)}];")
         lines.append("  }")
     device_of = {p.op: p.device_name for p in plan.placements}
     for p in plan.placements:
         op = spec.op(p.op)
-        for ref in op.inputs:
+        for ref in dict.fromkeys(op.inputs):  # add(a, a) draws one edge
             if device_of.get(ref.op) != p.device_name:
                 size = spec.value(ref).nbytes
                 label = "?" if size is None else format_bytes(size)
                 lines.append(f"  {_q(ref.op)} -> {_q(p.op)} [label={_q(label)}, color=red, fontcolor=red];")
             else:
                 lines.append(f"  {_q(ref.op)} -> {_q(p.op)};")
-        for name in op.after:
+        for name in dict.fromkeys(op.after):
             lines.append(f"  {_q(name)} -> {_q(p.op)} [style=dashed];")
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -14,7 +14,6 @@ shapes, devices against the cluster, outputs, and rules that match nothing.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
@@ -25,8 +24,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from dask.utils import parse_bytes
 
 from .devices import DeviceSpec
-from .errors import DeviceSpecError, Diagnostic, YamlPath
-from .expand import expand, parse_ref
+from .errors import DeviceSpecError, Diagnostic, YamlPath, format_bytes
+from .expand import did_you_mean, expand, parse_ref
 from .model import (Cluster, Device, Document, GpuMemory, Job, Op, OpRef, Output, PlacementConfig,
                     Rule, RunOptions, Spec, Tls, ValueInfo)
 from .ops import ShapeError, infer, kernels_of, lookup, user_op_names
@@ -49,21 +48,43 @@ def schema() -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1)
-def _fast_validator() -> Any:
+def _fast_validators() -> tuple[Any, dict[str, Any]]:
+    """Compiled validators: the document without its graph items, and one per item kind.
+
+    Dispatching items by kind here, as the schema's if/then does, avoids the
+    exceptions fastjsonschema raises inside every failed ``if`` — 9 per op.
+    """
     import fastjsonschema
 
-    return fastjsonschema.compile(schema())
+    full = schema()
+    defs = full["$defs"]
+    top = {**full, "properties": {**full["properties"], "graph": {"type": "array", "minItems": 1}}}
+    kinds = {kind: fastjsonschema.compile({"$schema": full["$schema"], "$defs": defs, **defs[kind]})
+             for kind in ("op", "scope", "replicate", "iterate", "sweep")}
+    return fastjsonschema.compile(top), kinds
+
+
+def _fast_valid(data: Any) -> bool:
+    """True only when the whole document is schema-valid (never a false yes)."""
+    import fastjsonschema
+
+    top, kinds = _fast_validators()
+    try:
+        top(data)
+        for item in data["graph"]:
+            if not isinstance(item, dict):
+                return False
+            kind = next((k for k in ("scope", "replicate", "iterate", "sweep") if k in item), "op")
+            kinds[kind](item)
+    except fastjsonschema.JsonSchemaException:
+        return False
+    return True
 
 
 def check_schema(doc: Document) -> list[Diagnostic]:
     """Every schema violation, or ``[]``; fast when the document is valid."""
-    import fastjsonschema
-
-    try:
-        _fast_validator()(doc.data)
+    if _fast_valid(doc.data):
         return []
-    except fastjsonschema.JsonSchemaException:
-        pass
     import jsonschema
 
     validator = jsonschema.Draft202012Validator(schema())
@@ -76,12 +97,26 @@ def check_schema(doc: Document) -> list[Diagnostic]:
 
 
 def _leaves(error: Any) -> Iterable[Any]:
-    """The most specific errors: if/then and allOf wrap the one that matters."""
+    """The most specific errors: if/then and allOf wrap the one that matters.
+
+    For ``anyOf``/``oneOf``, a branch whose *type* does not fit says nothing
+    (``tasks: 0`` is an integer, so the list branch's complaint is noise);
+    the deepest remaining complaints are kept. When every branch fails on
+    type alone, the alternative itself is the one error ("expected an
+    integer or a list"), not one error per branch.
+    """
     if error.context and error.validator in ("anyOf", "oneOf") and error.validator_value and \
             not all(isinstance(v, dict) and set(v) == {"required"} for v in error.validator_value):
-        best = [e for e in error.context if e.validator not in ("type",)] or list(error.context)
+        depth = len(error.absolute_path)
+        best = [e for e in error.context
+                if not (e.validator in ("type", "const") and len(e.absolute_path) == depth)]
+        if not best:
+            yield error
+            return
         deepest = max(len(e.absolute_path) for e in best)
-        yield from (e for e in best if len(e.absolute_path) == deepest and e.validator != "anyOf")
+        for leaf in best:
+            if len(leaf.absolute_path) == deepest and leaf.validator != "anyOf":
+                yield from _leaves(leaf)
         return
     yield error
 
@@ -95,41 +130,111 @@ def _schema_diagnostic(doc: Document, error: Any) -> Diagnostic:
         key = extra[0] if extra else ""
         hint = did_you_mean(str(key), allowed) or (f"allowed keys: {', '.join(allowed)}" if allowed else "")
         return doc.diagnostic("schema-unknown-key", (*path, key), f"unknown key '{key}'", hint, key=True)
+    last = str(path[-1]) if path else ""
+    if len(path) >= 2 and path[-2] in ("combine", "kernels", "shape", "visible_gpus"):
+        last = str(path[-2])  # an entry of a mapping or list: the hint belongs to its parent
     if v == "required":
         missing = error.message.split("'")[1] if "'" in error.message else str(value)
         return doc.diagnostic("schema-required", path, f"missing required key '{missing}'",
                               _required_hint(missing))
     if v == "enum":
         options = ", ".join(map(str, value))
-        hint = did_you_mean(str(error.instance), [str(o) for o in value]) or f"expected one of: {options}"
-        return doc.diagnostic("schema-enum", path, f"{error.instance!r} is not one of: {options}", hint)
+        hint = did_you_mean(str(error.instance), [str(o) for o in value]) or _ENUM_HINTS.get(last, "")
+        return doc.diagnostic("schema-enum", path, f"{_show(error.instance)} is not one of: {options}", hint)
     if v == "const":
-        return doc.diagnostic("schema-const", path, f"must be {value!r}, not {error.instance!r}",
+        return doc.diagnostic("schema-const", path, f"must be {_show(value)}, not {_show(error.instance)}",
                               "this tool reads version 1 specs" if path == ("version",) else "")
     if v == "type":
         return doc.diagnostic("schema-type", path, f"expected {_type_name(value)}, got {_type_name_of(error.instance)}",
                               _type_hint(path))
     if v == "pattern" and path and path[-1] == "name":
-        return doc.diagnostic("schema-name", path, f"invalid op name {error.instance!r}",
+        return doc.diagnostic("schema-name", path, f"invalid op name {_show(error.instance)}",
                               "names use letters, digits, _ . -; '/' and ':' are reserved")
     if v == "pattern":
-        return doc.diagnostic("schema-name", path, f"invalid name {error.instance!r}",
-                              "job names use letters, digits, _ and -, and start with a letter or _")
-    if v in ("minimum", "exclusiveMinimum"):
-        return doc.diagnostic("schema-range", path, f"{error.instance!r} is too small (minimum {value})", "")
-    if v in ("minItems", "minProperties"):
-        return doc.diagnostic("schema-empty", path, "must not be empty", "")
+        # Only job names have a pattern besides op names; propertyNames reports the
+        # mapping's path, so point at the offending key itself.
+        return doc.diagnostic("schema-name", (*path, str(error.instance)), f"invalid job name {_show(error.instance)}",
+                              "job names use letters, digits, _ and -, and start with a letter or _", key=True)
+    if v == "minimum":
+        return doc.diagnostic("schema-range", path, f"must be at least {value}, got {_show(error.instance)}",
+                              _RANGE_HINTS.get(last, ""))
+    if v == "exclusiveMinimum":
+        return doc.diagnostic("schema-range", path, f"must be greater than {value}, got {_show(error.instance)}",
+                              _RANGE_HINTS.get(last, ""))
+    if v in ("minItems", "minProperties", "minLength"):
+        return doc.diagnostic("schema-empty", path, "must not be empty", _EMPTY_HINTS.get(last, ""))
+    if v == "maxProperties" and last == "select":
+        return doc.diagnostic("schema-select", path, "select takes one of min or max, not both",
+                              "e.g. select: {min: loss}")
+    if v == "maxProperties":
+        return doc.diagnostic("schema-size", path, f"must have at most {value} key{'s' if value != 1 else ''}", "")
+    if v == "uniqueItems":
+        return doc.diagnostic("schema-unique", path, "must not list an item twice",
+                              "each GPU ordinal once" if last == "visible_gpus" else "remove the repeated item")
     if v == "oneOf" and isinstance(error.instance, dict) and "match" in error.instance:
         return doc.diagnostic("schema-rule", path, "a rule needs exactly one of 'device' or 'round_robin'",
                               "e.g. {match: {op: variable}, round_robin: /job:ps}")
-    if v == "anyOf":
-        return doc.diagnostic("schema-type", path, f"unexpected value {_short(error.instance)}",
-                              _type_hint(path))
+    if v in ("anyOf", "oneOf"):
+        return doc.diagnostic("schema-type", path,
+                              f"expected {_alternatives(value)}, got {_type_name_of(error.instance)}", _type_hint(path))
     return doc.diagnostic(f"schema-{v}", path, error.message, "")
 
 
+# Hints for schema complaints, by the key at fault.
+_ENUM_HINTS = {
+    "gpu_backend": "cupy runs on CUDA GPUs, simulated anywhere; auto picks one",
+    "combine": "add_n sums the copies, mean averages them, concat joins them along axis 0",
+    "by": "count takes tasks in turn, bytes balances inferred sizes",
+    "init": "or give value: [...] instead",
+    "format": "or leave it out to use the file's extension",
+    "kernels": "cpu or gpu",
+}
+_RANGE_HINTS = {
+    "gpus": "a job without GPUs has gpus: 0, the default",
+    "shape": "dimensions are counts: 0 or more",
+    "visible_gpus": "CUDA ordinals start at 0",
+    "tasks": "a job has at least one task",
+    "virtual_gpus": "1 (the default) means no splitting",
+    "cpu_threads": "at least 1 thread",
+    "retries": "0 means no retries",
+    "steps": "an iterate runs at least one step",
+    "num": "split into at least one piece",
+    "outputs": "a call returns at least one value",
+    "timeout": "seconds, e.g. 30",
+    "no_workers_timeout": "seconds, e.g. 5",
+}
+_EMPTY_HINTS = {
+    "graph": "add at least one op", "body": "add at least one op", "ops": "add at least one op",
+    "state": "e.g. state: {w: w0}", "update": "e.g. update: {w: w_next}", "match": "e.g. match: {op: variable}",
+    "jobs": "e.g. jobs: {localhost: {gpus: 1}}, or leave cluster out", "devices": "e.g. devices: [/gpu:0, /gpu:1]",
+    "values": "e.g. values: [0.1, 0.01]",
+}
+
+
+def _show(value: Any) -> str:
+    """A value as the user wrote it in YAML: 'text', 12, true, null, [1, 2]."""
+    if isinstance(value, str):
+        return f"'{value}'"
+    return _short(value)
+
+
+def _alternatives(branches: Any) -> str:
+    """``an integer or a list`` from anyOf branches (their ``type`` or ``const``)."""
+    names: list[str] = []
+    for branch in branches if isinstance(branches, list) else []:
+        if isinstance(branch, dict) and "type" in branch:
+            name = _type_name(branch["type"])
+        elif isinstance(branch, dict) and "const" in branch:
+            name = _show(branch["const"])
+        else:
+            continue
+        if name not in names:
+            names.append(name)
+    return " or ".join(names) or "another kind of value"
+
+
 def _short(value: Any) -> str:
-    text = json.dumps(value, default=str)
+    text = json.dumps(value, default=str, separators=(", ", ": "))
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -151,13 +256,14 @@ def _type_name_of(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, str):
-        return f"the string {value!r}"
-    return f"{type(value).__name__} {value!r}"
+        return f"the string '{value}'"
+    return f"the number {value!r}"
 
 
 def _type_hint(path: YamlPath) -> str:
     last = path[-1] if path else ""
-    return {"inputs": "a list of op names, e.g. [a, b]", "tasks": "a count, e.g. 2, or a list of host:port",
+    return {"inputs": "a list of op names, e.g. [a, b]", "after": "a list of op names, e.g. [init]",
+            "tags": "a list, e.g. [heavy]", "visible_gpus": "a list of CUDA ordinals, e.g. [2, 3]", "tasks": "a count, e.g. 2, or a list of host:port",
             "graph": "a list of ops, e.g. - {name: a, op: constant, value: 1}",
             "memory_limit": "e.g. 2GiB", "limit": "e.g. 1GiB", "shape": "e.g. [1000, 100]"}.get(str(last), "")
 
@@ -168,11 +274,6 @@ def _required_hint(key: str) -> str:
             "match": "e.g. match: {op: variable}"}.get(key, "")
 
 
-def did_you_mean(word: str, candidates: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f"did you mean '{close[0]}'?" if close else ""
-
-
 # --------------------------------------------------------------------------- semantics
 
 
@@ -180,6 +281,9 @@ class _Checker:
     def __init__(self, doc: Document):
         self.doc = doc
         self.diags: list[Diagnostic] = []
+        # Rules already warned about for naming an unknown op type: "matches no
+        # op" would only repeat that warning less precisely.
+        self.rules_with_unknown_ops: set[int] = set()
 
     def error(self, code: str, path: YamlPath, message: str, hint: str = "", key: bool = False) -> None:
         self.diags.append(self.doc.diagnostic(code, path, message, hint, "error", key))
@@ -188,17 +292,23 @@ class _Checker:
         self.diags.append(self.doc.diagnostic(code, path, message, hint, "warning", key))
 
     def size(self, value: Any, path: YamlPath) -> int | None:
+        """Bytes of a size (an int, or text for dask's parse_bytes); None, with an error, when unusable."""
         if value is None:
             return None
-        if isinstance(value, int):
-            return value
-        try:
-            size = int(parse_bytes(str(value)))
-        except (ValueError, TypeError):
-            self.error("size", path, f"cannot read size {value!r}", "write e.g. 512MB, 2GiB or a number of bytes")
-            return None
+        if isinstance(value, int) and not isinstance(value, bool):
+            size = value
+        else:
+            try:
+                size = int(parse_bytes(str(value)))
+            except (ValueError, TypeError):
+                self.error("size", path, f"cannot read {_show(value)} as a size",
+                           "write e.g. 512MB, 2GiB or a number of bytes")
+                return None
         if size <= 0:
-            self.error("size", path, f"size {value!r} must be positive", "e.g. 2GiB")
+            # Dask reads memory_limit 0 as "no limit"; a user writing 0 or a
+            # negative size more likely made a slip, and leaving it out says "no limit".
+            self.error("size", path, f"must be a positive size, got {_show(value)}",
+                       f"e.g. 2GiB; leave {path[-1]} out for no limit" if path[-1] != "total" else "e.g. 16GiB")
             return None
         return size
 
@@ -230,8 +340,10 @@ class _Checker:
         visible = tuple(spec.get("visible_gpus") or ())
         gpus = spec.get("gpus")
         if visible and gpus is not None and gpus != len(visible):
-            self.error("gpus", (*path, "gpus"), f"gpus: {gpus} disagrees with visible_gpus (lists {len(visible)})",
-                       "give one of gpus or visible_gpus")
+            self.error("gpus", (*path, "gpus"),
+                       f"gpus: {gpus} disagrees with visible_gpus, which lists {len(visible)} "
+                       f"GPU{'s' if len(visible) != 1 else ''}",
+                       "give one of gpus or visible_gpus; visible_gpus alone implies the count")
         physical = visible or tuple(range(int(gpus or 0)))
         mem = spec.get("gpu_memory") or {}
         mpath = (*path, "gpu_memory")
@@ -247,10 +359,14 @@ class _Checker:
             self.warn("gpu-memory", mpath, f"job '{name}' has gpu_memory but no GPUs", "add gpus: N or remove it")
         gpu_memory = GpuMemory(self.size(mem.get("limit"), (*mpath, "limit")), fraction, bool(mem.get("growth", False)),
                                self.size(mem.get("total"), (*mpath, "total")) or GpuMemory().total)
-        if gpu_memory.limit is not None and gpu_memory.limit * int(spec.get("virtual_gpus", 1)) > gpu_memory.total:
+        virtual = int(spec.get("virtual_gpus", 1))
+        if gpu_memory.limit is not None and gpu_memory.limit * virtual > gpu_memory.total:
+            needed = format_bytes(gpu_memory.limit * virtual)
+            what = f"{virtual} virtual GPUs x {format_bytes(gpu_memory.limit)} = {needed}" if virtual > 1 \
+                else f"limit {format_bytes(gpu_memory.limit)}"
             self.error("gpu-memory", (*mpath, "limit"),
-                       f"limit {mem.get('limit')} x {spec.get('virtual_gpus', 1)} virtual GPUs exceeds the GPU's "
-                       f"total of {gpu_memory.total} bytes", "lower the limit or declare total:")
+                       f"{what} exceeds the GPU's total of {format_bytes(gpu_memory.total)}",
+                       "lower the limit or virtual_gpus, or give the GPU's real size as total:")
         return Job(name, len(addresses) or int(tasks), addresses, int(spec.get("cpu_threads", 1)),
                    self.size(spec.get("memory_limit"), (*path, "memory_limit")), physical,
                    int(spec.get("virtual_gpus", 1)), gpu_memory, path)
@@ -271,6 +387,7 @@ class _Checker:
                 if lookup(kind) is None or lookup(kind).internal:  # type: ignore[union-attr]
                     self.warn("rule-unknown-op", (*path, "match", "op"), f"rule {i + 1} matches unknown op type '{kind}'",
                               did_you_mean(kind, user_op_names()) or "this rule can never match")
+                    self.rules_with_unknown_ops.add(i)
             device = self.device(raw["device"], (*path, "device")) if "device" in raw else None
             rr = self.device(raw["round_robin"], (*path, "round_robin")) if "round_robin" in raw else None
             if rr is not None and rr.job is None:
@@ -324,36 +441,63 @@ def job_devices(job: Job) -> list[Device]:
 # --------------------------------------------------------------------------- graph checks
 
 
+def _written(op: Op) -> bool:
+    """True for an op the user wrote as a mapping (it has ``name``, ``inputs``, ... keys to point at).
+
+    Ops that constructs make (splits, combines, loop state, sweep values) live
+    at a key or list entry of the construct; diagnostics point at that node.
+    """
+    return len(op.path) >= 2 and isinstance(op.path[-1], int) and op.path[-2] in ("graph", "ops", "body")
+
+
+# Internal op kinds, and what a user writes instead.
+_INTERNAL_HINTS = {
+    "state": "carried values are declared under iterate: state: {w: w0}",
+    "mean_n": "replicate's combine: {c: mean} makes it; to average inputs use add_n then div with scalar",
+    "select": "sweep's select: {min: loss} makes it",
+    "pick": "sweep's select: {min: loss} makes it",
+    "series": "iterate's metrics: {loss: loss} makes it",
+}
+
+
 def _check_ops(c: _Checker, ops: Sequence[Op]) -> dict[str, Op]:
     by_name: dict[str, Op] = {}
     for op in ops:
         if op.name in by_name:
-            first = c.doc.locate(by_name[op.name].path)[0]
-            c.error("duplicate-name", (*op.path, "name") if op.group is None else op.path,
-                    f"duplicate op name '{op.name}' (first defined on line {first})", "op names must be unique")
+            first = by_name[op.name]
+            line = c.doc.locate(first.path)[0]
+            origin = f"first defined on line {line}" if _written(first) else \
+                f"'{first.group}' on line {line} already makes it"
+            c.error("duplicate-name", (*op.path, "name") if _written(op) else op.path,
+                    f"duplicate op name {_label(op)} ({origin})", "op names must be unique; rename one of them")
             continue
         by_name[op.name] = op
         definition = lookup(op.kind)
-        if definition is None or (definition.internal and op.group is None):
+        if definition is not None and definition.internal and op.group is None:
+            c.error("unknown-op", (*op.path, "op"), f"op '{op.kind}' is internal: constructs make it, users cannot",
+                    _INTERNAL_HINTS.get(op.kind, "see the op list: orchestrate schema"))
+            continue
+        if definition is None:
             c.error("unknown-op", (*op.path, "op"), f"unknown op '{op.kind}'",
                     did_you_mean(op.kind, user_op_names()) or "see the op list: orchestrate schema")
             continue
         if op.group is not None and definition.internal:
             continue
         for key in sorted(definition.required - set(op.params)):
-            c.error("op-param", op.path, f"op '{op.name}' ({op.kind}) needs parameter '{key}'", _param_hint(op.kind, key))
+            c.error("op-param", op.path, f"op {_label(op)} ({op.kind}) needs parameter '{key}'", _param_hint(op.kind, key))
         for key in sorted(set(op.params) - definition.params):
             accepted = sorted(definition.params)
             c.error("op-param", (*op.path, key), f"parameter '{key}' does not apply to op '{op.kind}'",
                     did_you_mean(key, accepted) or (f"{op.kind} accepts: {', '.join(accepted)}" if accepted
                                                      else f"{op.kind} takes no parameters"), key=True)
         n = len(op.inputs)
-        if n < definition.min_inputs or (definition.max_inputs is not None and n > definition.max_inputs):
-            want = str(definition.min_inputs) if definition.min_inputs == definition.max_inputs else \
-                f"{definition.min_inputs}..{definition.max_inputs}" if definition.max_inputs is not None else \
-                f"at least {definition.min_inputs}"
+        lo, hi = definition.min_inputs, definition.max_inputs
+        if n < lo or (hi is not None and n > hi):
+            want = str(lo) if lo == hi else f"{lo} or {hi}" if hi == lo + 1 else \
+                f"{lo} to {hi}" if hi is not None else f"at least {lo}"
             c.error("op-arity", (*op.path, "inputs") if op.inputs else op.path,
-                    f"op '{op.name}' ({op.kind}) takes {want} input{'s' if want != '1' else ''}, got {n}", "")
+                    f"op {_label(op)} ({op.kind}) takes {want} input{'s' if want != '1' else ''}, got {n}",
+                    _arity_hint(op.kind, definition.input_names, n, hi))
         if op.input_keys is not None and op.kind != "call":
             bad = [k for k in op.input_keys if k not in definition.input_names]
             for key in bad:
@@ -363,12 +507,35 @@ def _check_ops(c: _Checker, ops: Sequence[Op]) -> dict[str, Op]:
         if op.kind == "call":
             fn = str(op.params.get("fn", ""))
             if fn and not FN_PATTERN.match(fn):
-                c.error("call-fn", (*op.path, "fn"), f"fn '{fn}' is not of the form package.module:function",
-                        "e.g. fn: mypkg.losses:mse")
+                c.error("call-fn", (*op.path, "fn"), *_fn_problem(fn))
         if op.kind == "variable" and "value" not in op.params and "shape" not in op.params and not op.inputs:
-            c.error("op-param", op.path, f"variable '{op.name}' needs a value, a shape, or an input",
+            c.error("op-param", op.path, f"variable {_label(op)} needs a value, a shape, or an input",
                     "e.g. value: [0.0, 0.0] or shape: [3] with init: zeros")
     return by_name
+
+
+def _arity_hint(kind: str, input_names: Sequence[str], n: int, hi: int | None) -> str:
+    if kind in ("add", "sub", "mul", "div"):
+        extra = "; add_n sums any number of inputs" if kind == "add" and hi is not None and n > hi else ""
+        return f"{kind} takes inputs: [x, y], or inputs: [x] and scalar: N{extra}"
+    if input_names:
+        return f"e.g. inputs: [{', '.join(input_names)}]"
+    return "e.g. inputs: [a, b]" if n == 0 else ""
+
+
+def _fn_problem(fn: str) -> tuple[str, str]:
+    """Message and hint for a ``call`` fn that is not ``package.module:function``."""
+    module, colon, function = fn.rpartition(":")
+    if not colon:
+        head, dot, tail = fn.rpartition(".")
+        hint = f"did you mean '{head}:{tail}'?" if dot and head and tail else "e.g. fn: mypkg.losses:mse"
+        return f"fn '{fn}' has no ':' between the module and the function", hint
+    if not module:
+        return f"fn '{fn}' names no module before ':'", f"e.g. fn: mypkg.losses:{function or 'mse'}"
+    if not function:
+        return f"fn '{fn}' names no function after ':'", f"e.g. fn: {module}:mse"
+    return f"fn '{fn}' is not of the form package.module:function", \
+        "module and function are Python names: letters, digits and _, not starting with a digit"
 
 
 def _param_hint(kind: str, key: str) -> str:
@@ -377,33 +544,90 @@ def _param_hint(kind: str, key: str) -> str:
             }.get(key, "")
 
 
+def _label(op: Op) -> str:
+    """An op as the user wrote it: ``'c'``, or ``'c' in 'towers'`` for an op of a construct's body.
+
+    Copies are named ``towers/0/c``, ``towers/1/c``; the user wrote ``c`` once.
+    """
+    scope = _scope_of(op) if _written(op) else ""
+    if scope and op.group is not None:
+        return f"'{op.name[len(scope) + 1:]}' in '{op.group}'"
+    return f"'{op.name}'"
+
+
+def _ref_role(op: Op, ref: OpRef) -> str:
+    """How the user wrote a reference, for messages: ``input 'b' of op 'c'``, ``state 'w' starts from ...``."""
+    where = op.path[-2] if len(op.path) >= 2 else None
+    var = op.path[-1]
+    if not _written(op) and op.group is not None:
+        if where == "state":
+            return f"the initial value '{ref}' of state '{var}' in '{op.group}'"
+        if where == "update":
+            return f"the update '{ref}' of state '{var}' in '{op.group}'"
+        if where == "metrics":
+            return f"the metric '{ref}' of '{op.group}'"
+        if where == "split":
+            return f"the split input '{ref}' of '{op.group}'"
+    return f"input '{ref}' of op {_label(op)}"
+
+
+def _scope_of(op: Op) -> str:
+    """The name prefix a reference inside ``op`` was resolved in ("" for the top level).
+
+    A body op ``towers/0/c`` resolves in ``towers/0``; a loop's update and
+    metrics in the loop's body ``train``; a state's initial value and a
+    replicate's split input in the scope around the construct.
+    """
+    if _written(op) or op.group is None:
+        return op.name.rpartition("/")[0]
+    where = op.path[-2] if len(op.path) >= 2 else None
+    if where in ("update", "metrics"):
+        return op.group
+    return op.group.rpartition("/")[0]
+
+
+def _candidates(op: Op, names: Sequence[str]) -> list[str]:
+    """Names to suggest for a reference made inside ``op``, as the user would write them there.
+
+    Inside a replicate/sweep/iterate body users write local names (``c``),
+    which expand to ``towers/0/c``; suggesting the expanded name would be
+    wrong to write. Top-level names are visible everywhere.
+    """
+    scope = _scope_of(op)
+    top = [n for n in names if "/" not in n]
+    if not scope:
+        return top
+    prefix = scope + "/"
+    return [n[len(prefix):] for n in names if n.startswith(prefix) and "/" not in n[len(prefix):]] + top
+
+
 def _check_refs(c: _Checker, ops: Sequence[Op], by_name: Mapping[str, Op]) -> None:
     names = list(by_name)
     for op in ops:
         keyed = op.input_keys or range(len(op.inputs))
         for key, ref in zip(keyed, op.inputs):
-            _check_ref(c, ref, by_name, names, (*op.path, "inputs", key) if op.group is None else op.path,
-                       f"input '{ref}' of op '{op.name}'")
+            _check_ref(c, ref, by_name, _candidates(op, names),
+                       (*op.path, "inputs", key) if _written(op) else op.path, _ref_role(op, ref))
         for i, name in enumerate(op.after):
             if name not in by_name:
-                c.error("unknown-after", (*op.path, "after", i) if op.group is None else op.path,
-                        f"op '{op.name}' runs after '{name}', which is not defined",
-                        did_you_mean(name, names) or "after lists op names")
+                c.error("unknown-after", (*op.path, "after", i) if _written(op) else op.path,
+                        f"op {_label(op)} runs after '{name}', which is not defined",
+                        did_you_mean(name, _candidates(op, names)) or "after lists op names")
 
 
 def _check_ref(c: _Checker, ref: OpRef, by_name: Mapping[str, Op], names: list[str], path: YamlPath,
-               what: str) -> None:
+               what: str, key: bool = False) -> None:
     target = by_name.get(ref.op)
     if target is None:
         c.error("unknown-input", path, f"{what} is not defined", did_you_mean(ref.op, names) or
-                "inputs name ops defined in graph")
+                "name an op defined in the graph, or in the same body", key=key)
     elif ref.output is not None and ref.output >= target.outputs:
         c.error("unknown-output", path, f"{what}: op '{ref.op}' has {target.outputs} output"
                 f"{'s' if target.outputs != 1 else ''}", f"use {ref.op}:0 .. {ref.op}:{target.outputs - 1}"
-                if target.outputs > 1 else f"use {ref.op}")
+                if target.outputs > 1 else f"use {ref.op}", key=key)
     elif ref.output is None and target.outputs > 1:
         c.error("multi-output", path, f"{what}: op '{ref.op}' has {target.outputs} outputs; say which",
-                f"use {ref.op}:0 .. {ref.op}:{target.outputs - 1}")
+                f"use {ref.op}:0 .. {ref.op}:{target.outputs - 1}", key=key)
 
 
 def topological_order(ops: Sequence[Op], by_name: Mapping[str, Op]) -> tuple[list[Op], list[list[str]]]:
@@ -467,10 +691,13 @@ def _infer_values(c: _Checker, order: Sequence[Op], by_name: Mapping[str, Op]) -
         try:
             values[op.name] = infer(op.kind, op.params, infos) if lookup(op.kind) else (unknown,)
         except ShapeError as exc:
-            message = f"op '{op.name}' ({op.kind}): {exc}"
+            message = f"op {_label(op)} ({op.kind}): {exc}"
             if (op.path, str(exc)) not in reported:
                 reported.add((op.path, str(exc)))
-                c.error("shape", op.path, message, exc.hint)
+                # Point at the field at fault when the user wrote it (value, shape,
+                # axis), else at the inputs whose shapes do not fit.
+                field = exc.key if exc.key in op.params else "inputs" if op.inputs and exc.key is None else None
+                c.error("shape", (*op.path, field) if field and _written(op) else op.path, message, exc.hint)
             values[op.name] = tuple(unknown for _ in range(op.outputs))
         except (KeyError, TypeError, ValueError, IndexError):
             values[op.name] = tuple(unknown for _ in range(op.outputs))
@@ -495,6 +722,8 @@ def _check_devices(c: _Checker, ops: Sequence[Op], cluster: Cluster, placement: 
 
 def _check_rules(c: _Checker, ops: Sequence[Op], placement: PlacementConfig) -> None:
     for rule in placement.rules:
+        if rule.index in c.rules_with_unknown_ops:
+            continue
         if not any(rule.matches(op) for op in ops):
             c.warn("rule-unused", (*rule.path, "match"), f"rule {rule.index + 1} matches no op in the graph",
                    "check its op type, name glob and tags")
@@ -505,7 +734,7 @@ def _check_kernels(c: _Checker, ops: Sequence[Op]) -> None:
         if op.kind == "call" and "kernels" not in op.params:
             continue
         if not kernels_of(op.kind, op.params):
-            c.error("kernels", op.path, f"op '{op.name}' declares no kernels", "kernels: [cpu] or [cpu, gpu]")
+            c.error("kernels", op.path, f"op {_label(op)} declares no kernels", "kernels: [cpu] or [cpu, gpu]")
 
 
 def _outputs(c: _Checker, data: Mapping[str, Any], by_name: Mapping[str, Op], run: RunOptions) -> tuple[Output, ...]:
@@ -514,7 +743,7 @@ def _outputs(c: _Checker, data: Mapping[str, Any], by_name: Mapping[str, Op], ru
     for key, target in (data.get("outputs") or {}).items():
         path = ("outputs", key)
         ref = parse_ref(str(key))
-        _check_ref(c, ref, by_name, names, path, f"output '{key}'")
+        _check_ref(c, ref, by_name, names, path, f"op '{ref}' named in outputs", key=True)
         if target != "-":
             if not str(target).endswith(OUTPUT_SUFFIXES):
                 c.error("output-format", path, f"output path '{target}' has an unknown format",
@@ -532,6 +761,27 @@ def _outputs(c: _Checker, data: Mapping[str, Any], by_name: Mapping[str, Op], ru
 # --------------------------------------------------------------------------- entry point
 
 
+_COPY_INDEX = re.compile(r"/\d+/")
+
+
+def _once_per_copy(diags: Iterable[Diagnostic]) -> list[Diagnostic]:
+    """Drop repeats of a diagnostic that differ only in the copy a construct made.
+
+    A mistake inside a replicate or sweep body is made once by the user but
+    found in every copy (``towers/0/c``, ``towers/1/c``): report the first.
+    User names cannot contain '/', so ``/<digits>/`` only occurs in copy names.
+    """
+    seen: set[tuple[object, ...]] = set()
+    out = []
+    for d in diags:
+        key = (d.severity, d.code, d.line, d.column, d.path, _COPY_INDEX.sub("/*/", d.message),
+               _COPY_INDEX.sub("/*/", d.hint))
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
+
+
 def validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
     """Check a loaded document; return the typed spec (``None`` if unusable) and all diagnostics."""
     schema_diags = check_schema(doc)
@@ -546,8 +796,10 @@ def validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
                      int(raw_run.get("retries", 0)), raw_run.get("timeout"), float(raw_run.get("no_workers_timeout", 5)))
     expansion = expand(doc, data["graph"], cluster)
     c.diags.extend(expansion.diagnostics)
-    ops = expansion.ops
-    by_name = _check_ops(c, ops)
+    by_name = _check_ops(c, expansion.ops)
+    # A duplicate is reported once above; the later checks see only the first
+    # op of each name (else its inputs would be mixed up with the other's).
+    ops = [op for op in expansion.ops if by_name[op.name] is op]
     _check_refs(c, ops, by_name)
     _check_kernels(c, ops)
     order, cycles = topological_order(ops, by_name)
@@ -558,7 +810,7 @@ def validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
     _check_devices(c, ops, cluster, placement)
     _check_rules(c, ops, placement)
     outputs = _outputs(c, data, by_name, run)
-    diags = sorted(c.diags, key=lambda d: (d.severity != "error", d.line, d.column))
+    diags = sorted(_once_per_copy(c.diags), key=lambda d: (d.severity != "error", d.line, d.column))
     if any(d.is_error for d in diags):
         return None, diags
     spec = Spec(doc, str(data.get("name") or os.path.splitext(os.path.basename(doc.file))[0]), cluster, placement,

@@ -31,7 +31,7 @@ from ..devices import DeviceSpec
 from ..errors import NoWorkerError, OrchestratorError, PlacementMismatch, RunError
 from ..model import Plan
 from .cluster import EmbeddedCluster, dask_settings, device_configs, device_resource, scheduler_config
-from .runtime import EVENT_TOPIC, LOG_TOPIC, DeviceRuntimePlugin, memory_stats
+from .runtime import LOG_TOPIC, DeviceRuntimePlugin, drain_records
 
 Echo = Callable[[str], None]
 
@@ -166,9 +166,12 @@ class Runner:
         started = time.time()
         values = self._compute(client, compiled)
         elapsed = time.time() - started
-        events = [e for _, e in client.get_events(EVENT_TOPIC) if isinstance(e, dict) and e.get("run") == self.token]
-        stats = client.run(memory_stats)
+        drained = client.run(drain_records, run=self.token)
+        events = [r for worker in drained.values() for r in worker["records"]]
+        stats = {addr: {"ran_on": worker["ran_on"], **worker["memory"]} for addr, worker in drained.items()}
+        restarted = {worker["ran_on"] for worker in drained.values() if worker["created"] > started}
         report = self._report(compiled, events, stats, elapsed)
+        report["restarted_devices"] = sorted(restarted)
         self._verify(report)
         written = self._write_outputs(values) if self.settings.write_outputs else ()
         if self.settings.report_path:
@@ -176,20 +179,25 @@ class Runner:
         return RunResult(self.spec.name, values, report, self.plan, self.backend, link, written)
 
     def _compute(self, client: Any, compiled: CompiledGraph) -> dict[str, Any]:
-        from distributed import performance_report
+        from distributed import performance_report, wait
 
-        keys = list(dict.fromkeys([*compiled.output_keys.values(), *compiled.sink_keys]))
+        keys = list(dict.fromkeys(compiled.output_keys.values()))
+        sinks = [k for k in dict.fromkeys(compiled.sink_keys) if k not in compiled.output_keys.values()]
         context: Any = performance_report(filename=self.settings.performance_report) \
             if self.settings.performance_report else _nullcontext()
         with client.as_current(), context:
-            futures = client.get(compiled.graph, keys, sync=False, optimize_graph=False)
+            futures = client.get(compiled.graph, keys + sinks, sync=False, optimize_graph=False)
             if self.settings.progress or (self.settings.progress is None and sys.stdout.isatty()):
                 from distributed import progress
 
                 progress(futures)
                 print()
             try:
-                results = client.gather(futures)
+                results = client.gather(futures[: len(keys)])
+                wait(futures[len(keys):])
+                for future in futures[len(keys):]:
+                    if future.status == "error":
+                        future.result()  # raises the op's error
             except OrchestratorError:
                 raise
             except Exception as exc:
@@ -246,14 +254,21 @@ class Runner:
                 "placement": placement, "totals": {"ops": len(ops), "tasks": len(compiled.tasks),
                                                    "bytes_moved": moved, "moves": len(compiled.moves)}}
 
-    def _verify(self, report: Mapping[str, Any]) -> None:
-        wrong = []
+    def _verify(self, report: dict[str, Any]) -> None:
+        wrong, unverified = [], []
+        restarted = set(report.get("restarted_devices", ()))
         for entry in report["ops"]:
             worker, planned = entry["worker"], entry["planned_device"]
-            if worker is None:
+            if worker is None and planned in restarted:
+                unverified.append(entry["name"])  # its record died with the worker that ran it
+            elif worker is None:
                 wrong.append(f"{entry['name']}: no record of where it ran (planned {planned})")
             elif worker != planned and not DeviceSpec.parse(planned).matches(_spec_or_empty(worker)):
                 wrong.append(f"{entry['name']}: ran on {worker}, planned {planned}")
+        report["unverified"] = unverified
+        if unverified:
+            self.echo(f"note: {len(unverified)} op(s) ran on a worker that was restarted later; "
+                      f"their placement could not be verified: {', '.join(unverified[:5])}")
         if wrong:
             raise PlacementMismatch("ops did not run where planned:\n  " + "\n  ".join(wrong))
 

@@ -6,7 +6,9 @@ each worker the backend of the device its name denotes. Every task of the
 compiled graph calls :func:`run_op` (or :func:`move` / :func:`token`), which
 runs the op's kernel with the device's array module, charges the result to
 the device's memory, and records an event (op, device, start, duration,
-bytes) that the client uses to verify placement and write the run report.
+bytes) in the worker's own memory; the client drains those records once at
+the end of a run (one call per worker instead of one message per op) to verify
+placement and write the run report.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from ..errors import OpFailedError, OpTimeoutError, OrchestratorError, RunError
 from ..ops import lookup
 from .backends import Backend, DeviceConfig, make_backend
 
-EVENT_TOPIC = "orchestrator-op"
 LOG_TOPIC = "orchestrator-log"
 RUNTIME_ATTRIBUTE = "orchestrator_runtime"
 
@@ -58,6 +59,8 @@ class Runtime:
     backend: Backend
     user_paths: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    records: list[dict[str, Any]] = field(default_factory=list)  # list.append is atomic: no lock needed
+    created: float = field(default_factory=time.time)  # a restarted worker lost the records it held
 
 
 class DeviceRuntimePlugin(WorkerPlugin):
@@ -117,18 +120,16 @@ def run_op(task: OpTask, *args: Any) -> Any:
         inputs = tuple(runtime.backend.adopt(x, task.name) for x in args[: task.n_inputs])
         value = runtime.backend.execute(task.name, lambda: _with_timeout(task, runtime, inputs))
     except Exception as exc:
-        worker.log_event(EVENT_TOPIC, {"op": task.name, "run": task.run, "step": task.step, "kind": "failed",
-                                       "ran_on": str(worker.name), "error": f"{type(exc).__name__}: {exc}"})
+        runtime.records.append({"op": task.name, "run": task.run, "step": task.step, "kind": "failed",
+                                "ran_on": str(worker.name), "error": f"{type(exc).__name__}: {exc}"})
         if isinstance(exc, OrchestratorError):
             raise
         raise OpFailedError(task.name, runtime.config.name, f"{type(exc).__name__}: {exc}",
                             _user_origin(exc.__traceback__)) from None
     stop = time.time()
-    worker.log_event(EVENT_TOPIC, {
-        "op": task.name, "run": task.run, "step": task.step, "device": task.device, "ran_on": str(worker.name),
-        "start": start, "duration": stop - start, "bytes": _nbytes(value), "kind": "op",
-        "memory": runtime.backend.stats(),
-    })
+    runtime.records.append({"op": task.name, "run": task.run, "step": task.step, "kind": "op",
+                            "ran_on": str(worker.name), "start": start, "duration": stop - start,
+                            "bytes": _nbytes(value)})
     if task.log:
         worker.log_event(LOG_TOPIC, f"Executing op {task.tf_name} in device {worker.name}")
     return value
@@ -227,8 +228,8 @@ def move(name: str, device: str, run: str, value: Any) -> Any:
     worker, runtime = _runtime()
     start = time.time()
     moved = runtime.backend.to_device(value, name)
-    worker.log_event(EVENT_TOPIC, {"op": name, "run": run, "device": device, "ran_on": str(worker.name), "start": start,
-                                   "duration": time.time() - start, "bytes": _nbytes(moved), "kind": "move"})
+    runtime.records.append({"op": name, "run": run, "kind": "move", "ran_on": str(worker.name), "start": start,
+                            "duration": time.time() - start, "bytes": _nbytes(moved)})
     return moved
 
 
@@ -242,7 +243,10 @@ def to_host(value: Any) -> Any:
     return runtime.backend.to_host(value)
 
 
-def memory_stats(dask_worker: Any) -> dict[str, Any]:
-    """Run on every worker (``Client.run``) after a run: the device's peak memory as its backend saw it."""
+def drain_records(dask_worker: Any, run: str) -> dict[str, Any]:
+    """Run on every worker (``Client.run``) after a run: its records of that run, and its memory."""
     worker, runtime = _runtime(dask_worker)
-    return {"ran_on": str(worker.name), **runtime.backend.stats()}
+    mine = [r for r in runtime.records if r.get("run") == run]
+    runtime.records[:] = [r for r in runtime.records if r.get("run") != run]
+    return {"ran_on": str(worker.name), "records": mine, "memory": runtime.backend.stats(),
+            "created": runtime.created}
