@@ -53,7 +53,8 @@ def hand_written(client, plan, tag: str) -> float:  # type: ignore[no-untyped-de
     leaves = [f"{p.op}-{tag}" for p in plan.placements if p.op not in consumed]
     from distributed import wait
 
-    wait(client.get(graph, leaves, sync=False, optimize_graph=False))  # as the runner does for ops nothing reads
+    with client.as_current():  # as the runner does for ops nothing reads: wait, do not fetch
+        wait(client.get(graph, leaves, sync=False, optimize_graph=False))
     return time.perf_counter() - started
 
 

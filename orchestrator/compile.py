@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from .devices import ANY, DeviceSpec
 from .execute.cluster import device_resource, task_resource
@@ -46,119 +46,165 @@ def _short(device: DeviceSpec) -> str:
 
 
 @dataclass(frozen=True)
+class Located:
+    """A value already placed: its Dask key and the device holding it."""
+
+    key: str
+    device: DeviceSpec
+
+
+@dataclass(frozen=True)
 class CompiledGraph:
     """A Dask graph plus what the runner needs to read it back."""
 
     graph: Any  # dask.highlevelgraph.HighLevelGraph
     tasks: Mapping[str, Any]
-    op_keys: Mapping[str, str]  # op -> key of its value (the tuple for multi-output ops)
-    value_keys: Mapping[str, str]  # "op" / "op:i" -> key of that value on its own device
+    values: Mapping[str, Located]  # "op" / "op:i" (and "op@step" in loops) -> where that value is
     output_keys: Mapping[str, str]  # output ref -> key to gather (host-side value)
     resources: Mapping[str, Mapping[str, float]]
     retries: Mapping[str, int]
     key_owner: Mapping[str, str]  # key -> op it belongs to (for errors naming the op)
     token: str
-    moves: tuple[tuple[str, str, str], ...] = field(default=())  # (value, from device, to device)
+    moves: Mapping[tuple[str, str], str] = field(default_factory=dict)  # (source key, device) -> move key
     sink_keys: tuple[str, ...] = ()  # ops nothing else waits for: computed, waited for, not fetched
 
 
-def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool = False,
-                 step: int = 0, inject: Mapping[str, str] | None = None) -> CompiledGraph:
-    """Build the graph. ``inject`` maps op names to keys already computed (loop state)."""
-    from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
-    from dask.task_spec import Task, TaskRef
+Resolve = Callable[[OpRef], Located]
 
-    spec = plan.spec
-    suffix = f"-{token}" if step == 0 else f"-{token}-{step}"
-    tasks: dict[str, Any] = {}
-    resources: dict[str, Mapping[str, float]] = {}
-    retries: dict[str, int] = {}
-    owner: dict[str, str] = {}
-    op_keys: dict[str, str] = dict(inject or {})
-    value_keys: dict[str, str] = {}
-    moved: dict[tuple[str, str], str] = {}
-    moves: list[tuple[str, str, str]] = []
-    device_of = {p.op: p.device for p in plan.placements}
-    default_retries = spec.run.retries
 
-    def add(key: str, task: Any, device: DeviceSpec, op: str, n_retries: int) -> None:
-        tasks[key] = task
-        resources[key] = resources_for(device)
-        retries[key] = n_retries
-        owner[key] = op
+class GraphBuilder:
+    """Accumulates tasks for ops (possibly of several loop steps) into one Dask graph."""
 
-    def value_key(ref: OpRef) -> str:
-        text = str(ref)
-        if text in value_keys:
-            return value_keys[text]
-        base = op_keys[ref.op]
-        if ref.output is None or spec.op(ref.op).outputs == 1:
-            value_keys[text] = base
+    def __init__(self, plan: Plan, token: str, base_dir: str = ".", suffix: str = "",
+                 known_moves: Mapping[tuple[str, str], str] | None = None):
+        self.plan, self.spec, self.token, self.base_dir = plan, plan.spec, token, base_dir
+        self.suffix = suffix or f"-{token}"
+        self.tasks: dict[str, Any] = {}
+        self.resources: dict[str, Mapping[str, float]] = {}
+        self.retries: dict[str, int] = {}
+        self.owner: dict[str, str] = {}
+        self.moves: dict[tuple[str, str], str] = dict(known_moves or {})
+        self.new_moves: dict[tuple[str, str], str] = {}
+        self.device_of = {p.op: p.device for p in plan.placements}
+
+    def add(self, key: str, task: Any, device: DeviceSpec, op: str, n_retries: int) -> None:
+        self.tasks[key] = task
+        self.resources[key] = resources_for(device)
+        self.retries[key] = n_retries
+        self.owner[key] = op
+
+    def item(self, base: Located, ref: OpRef, suffix: str) -> Located:
+        """Output ``ref.output`` of a multi-output op: a getitem task beside it."""
+        from dask.task_spec import Task, TaskRef
+
+        if ref.output is None or self.spec.op(ref.op).outputs == 1:
             return base
         key = f"{ref.op}:{ref.output}{suffix}"
-        add(key, Task(key, operator.getitem, TaskRef(base), ref.output), device_of[ref.op], ref.op, 0)
-        value_keys[text] = key
-        return key
+        if key not in self.tasks:
+            self.add(key, Task(key, operator.getitem, TaskRef(base.key), ref.output), base.device, ref.op, 0)
+        return Located(key, base.device)
 
-    def input_key(ref: OpRef, consumer: DeviceSpec, op_retries: int) -> str:
-        key = value_key(ref)
-        source = device_of.get(ref.op)
-        if source is None or source == consumer or consumer.device_index == ANY:
-            return key
-        pair = (str(ref), consumer.to_string())
-        if pair not in moved:
-            move_key = f"move({ref}@{_short(consumer)}){suffix}"
-            add(move_key, Task(move_key, move, str(ref), consumer.to_string(), token, TaskRef(key)), consumer, ref.op,
-                op_retries)
-            moved[pair] = move_key
-            moves.append((str(ref), source.to_string(), consumer.to_string()))
-        return moved[pair]
+    def arrive(self, value: Located, ref: OpRef, consumer: DeviceSpec, n_retries: int) -> str:
+        """The key to read ``value`` from on ``consumer``: moved there once, then reused."""
+        from dask.task_spec import Task, TaskRef
 
-    for placement in plan.placements:
-        if placement.op in op_keys:
-            continue
-        op = spec.op(placement.op)
-        device = placement.device
-        n_retries = op.retries or default_retries
-        args = [TaskRef(input_key(ref, device, n_retries)) for ref in op.inputs]
+        if value.device == consumer or consumer.device_index == ANY:
+            return value.key
+        pair = (value.key, consumer.to_string())
+        if pair not in self.moves:
+            key = f"move({ref}@{_short(consumer)}){self.suffix}-{len(self.moves)}"
+            self.add(key, Task(key, move, str(ref), consumer.to_string(), self.token, TaskRef(value.key)),
+                     consumer, ref.op, n_retries)
+            self.moves[pair] = key
+            self.new_moves[pair] = key
+        return self.moves[pair]
+
+    def add_op(self, op_name: str, resolve: Resolve, step: int = 0, suffix: str | None = None) -> Located:
+        from dask.task_spec import Task, TaskRef
+
+        suffix = self.suffix if suffix is None else suffix
+        spec, placement = self.spec, self.plan.placement(op_name)
+        op, device = spec.op(op_name), placement.device
+        n_retries = op.retries or spec.run.retries
+        args = [TaskRef(self.arrive(resolve(ref), ref, device, n_retries)) for ref in op.inputs]
         for name in op.after:
+            producer = resolve(OpRef(name))
             done_key = f"done({name}){suffix}"
-            if done_key not in tasks:
-                add(done_key, Task(done_key, control_token, TaskRef(op_keys[name])), device_of[name], name, 0)
+            if done_key not in self.tasks:
+                self.add(done_key, Task(done_key, control_token, TaskRef(producer.key)), producer.device, name, 0)
             args.append(TaskRef(done_key))
         definition = lookup(op.kind)
         payload = OpTask(
             name=op.name, kind=op.kind, tf_name=definition.tf_name if definition else op.kind,
             device=device.to_string(), params=dict(op.params), n_inputs=len(op.inputs), input_keys=op.input_keys,
             timeout=op.timeout if op.timeout is not None else spec.run.timeout, log=spec.placement.log,
-            base_dir=base_dir, step=step, outputs=op.outputs, run=token)
+            base_dir=self.base_dir, step=step, outputs=op.outputs, run=self.token)
         key = f"{op.name}{suffix}"
-        add(key, Task(key, run_op, payload, *args), device, op.name, n_retries)
-        op_keys[op.name] = key
+        self.add(key, Task(key, run_op, payload, *args), device, op.name, n_retries)
+        return Located(key, device)
 
+    def to_host(self, value: Located, ref: OpRef) -> str:
+        from dask.task_spec import Task, TaskRef
+
+        key = f"host({ref}){self.suffix}"
+        if key not in self.tasks:
+            self.add(key, Task(key, to_host, TaskRef(value.key)), value.device, ref.op, 0)
+        return key
+
+    def build(self, values: Mapping[str, Located], output_keys: Mapping[str, str],
+              sink_keys: tuple[str, ...] = ()) -> CompiledGraph:
+        from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+        layer = MaterializedLayer(self.tasks, annotations={
+            "resources": _Lookup(self.resources, {}),
+            "retries": _Lookup(self.retries, 0),
+        })
+        name = f"orchestrator{self.suffix}"
+        graph = HighLevelGraph({name: layer}, {name: set()})
+        return CompiledGraph(graph, self.tasks, dict(values), dict(output_keys), self.resources, self.retries,
+                             self.owner, self.token, dict(self.new_moves), sink_keys)
+
+
+def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool = False,
+                 only: Collection[str] | None = None, known: Mapping[str, Located] | None = None,
+                 outputs: Collection[str] | None = None) -> CompiledGraph:
+    """Build the graph of ``only`` these ops (default: all), reading ``known`` values already computed.
+
+    ``outputs`` are the refs to fetch (default: the spec's outputs that this graph can produce).
+    """
+    builder = GraphBuilder(plan, token, base_dir)
+    spec = plan.spec
+    values: dict[str, Located] = dict(known or {})
+
+    def resolve(ref: OpRef) -> Located:
+        text = str(ref)
+        if text not in values:
+            values[text] = builder.item(values[ref.op], ref, builder.suffix)
+        return values[text]
+
+    chosen = set(only) if only is not None else None
+    for placement in plan.placements:
+        if placement.op in values or (chosen is not None and placement.op not in chosen):
+            continue
+        values[placement.op] = builder.add_op(placement.op, resolve)
+
+    wanted = [str(o.ref) for o in spec.outputs] if outputs is None else list(outputs)
     output_keys: dict[str, str] = {}
-    for out in spec.outputs:
-        key = value_key(out.ref)
-        if host_outputs:
-            host_key = f"host({out.ref}){suffix}"
-            if host_key not in tasks:
-                add(host_key, Task(host_key, to_host, TaskRef(key)), device_of[out.ref.op], out.ref.op, 0)
-            key = host_key
-        output_keys[str(out.ref)] = key
+    for text in wanted:
+        ref = next((o.ref for o in spec.outputs if str(o.ref) == text), None) or OpRef.parse(text)
+        if ref.op not in values:
+            continue
+        located = resolve(ref)
+        output_keys[text] = builder.to_host(located, ref) if host_outputs else located.key
 
     # Ops nothing reads and no output names still run (a save, a side effect): the runner
     # waits for them without fetching their values.
     consumed = {ref.op for op in spec.ops for ref in op.inputs} | {a for op in spec.ops for a in op.after}
     consumed |= {out.ref.op for out in spec.outputs}
-    sink_keys = [op_keys[p.op] for p in plan.placements if p.op not in consumed and p.op not in (inject or {})]
-
-    layer = MaterializedLayer(tasks, annotations={
-        "resources": _Lookup(resources, {}),
-        "retries": _Lookup(retries, 0),
-    })
-    graph = HighLevelGraph({f"orchestrator{suffix}": layer}, {f"orchestrator{suffix}": set()})
-    return CompiledGraph(graph, tasks, op_keys, value_keys, output_keys, resources, retries, owner, token,
-                         tuple(moves), tuple(sink_keys))
+    sinks = tuple(values[p.op].key for p in plan.placements
+                  if p.op not in consumed and p.op in values and (known is None or p.op not in known)
+                  and (chosen is None or p.op in chosen))
+    return builder.build(values, output_keys, sinks)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,9 @@ The graph a user writes nests; every later stage wants a flat list of
 
 Inside a body, a name that the body defines refers to the copy's own op;
 any other name refers to the enclosing graph. The expansion parses device
-strings but judges nothing else: checks belong to ``validate``.
+strings and checks only what it alone can see — names a construct must find
+in its own body (``combine``, ``select``, ``update``) and device patterns that
+match nothing; every other check belongs to ``validate``.
 """
 
 from __future__ import annotations

@@ -171,7 +171,8 @@ def infer_elementwise(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, .
         dtype = _scalar_result(ins[0].dtype, type(p["scalar"])) if ins[0].dtype else None
         return (ValueInfo(ins[0].shape, dtype),)
     if "scalar" in p:
-        raise ShapeError("takes either two inputs or one input and 'scalar', not both", "remove 'scalar'")
+        raise ShapeError("takes either two inputs or one input and 'scalar', not both", "remove 'scalar'",
+                         key="scalar")
     a, b = ins
     if a.shape is None or b.shape is None:
         return (ValueInfo(None, _result_dtype(a.dtype, b.dtype)),)

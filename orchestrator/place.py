@@ -8,7 +8,9 @@ order and never overwritten, by
 1. the first placement rule whose ``match`` holds (a device function): its
    ``device`` fields, or for ``round_robin: /job:ps`` the job and the next task
    of that job — by count in graph order (``replica_device_setter``) or, with
-   ``by: bytes``, the task holding the fewest bytes so far;
+   ``by: bytes``, the task holding the fewest bytes so far (ties: the lowest
+   task; an op of unknown size weighs nothing). An op already pinned to
+   another job, or to a task, takes no turn;
 2. ``placement.default``;
 3. TF's defaults: the default job, replica 0, task 0, and ``GPU:0`` when the
    op has a GPU kernel and its task has a GPU, else ``CPU:0``.
@@ -165,8 +167,8 @@ class Placer:
                 "placement", _device_path(op), problem,
                 "pin it to an existing device with a kernel, or set placement.soft: true"))
             return ""
-        fallback = self.fallback(op, res.spec)
-        changed = [name for name in FIELDS if getattr(fallback, name) != getattr(res.spec, name)]
+        requested, fallback = res.spec, self.fallback(op, res.spec)
+        changed = [name for name in FIELDS if getattr(fallback, name) != getattr(requested, name)]
         if "device_type" in changed:  # CPU:0 after GPU:0: the index belongs to the new type
             changed.append("device_index")
         for name in changed:
@@ -174,8 +176,9 @@ class Placer:
         res.spec = fallback
         still = self.problem(op, fallback)
         if still is not None:  # e.g. a GPU-only call op on a task without a GPU
+            detail = "it is on the fallback device already" if fallback == requested else still
             self.diagnostics.append(self.spec.document.diagnostic(
-                "placement", _device_path(op), f"{problem}; soft placement cannot fall back either: {still}",
+                "placement", _device_path(op), f"{problem}; soft placement cannot fall back: {detail}",
                 "give the op a kernel for a device the cluster has, or add that device"))
         return problem
 

@@ -606,8 +606,9 @@ def _check_refs(c: _Checker, ops: Sequence[Op], by_name: Mapping[str, Op]) -> No
     for op in ops:
         keyed = op.input_keys or range(len(op.inputs))
         for key, ref in zip(keyed, op.inputs):
-            _check_ref(c, ref, by_name, _candidates(op, names),
-                       (*op.path, "inputs", key) if _written(op) else op.path, _ref_role(op, ref))
+            if not _ref_ok(ref, by_name):  # the common case stays a dict lookup: specs have 100k ops
+                _check_ref(c, ref, by_name, _candidates(op, names),
+                           (*op.path, "inputs", key) if _written(op) else op.path, _ref_role(op, ref))
         for i, name in enumerate(op.after):
             if name not in by_name:
                 c.error("unknown-after", (*op.path, "after", i) if _written(op) else op.path,
@@ -615,7 +616,14 @@ def _check_refs(c: _Checker, ops: Sequence[Op], by_name: Mapping[str, Op]) -> No
                         did_you_mean(name, _candidates(op, names)) or "after lists op names")
 
 
-def _check_ref(c: _Checker, ref: OpRef, by_name: Mapping[str, Op], names: list[str], path: YamlPath,
+def _ref_ok(ref: OpRef, by_name: Mapping[str, Op]) -> bool:
+    target = by_name.get(ref.op)
+    if target is None:
+        return False
+    return ref.output < target.outputs if ref.output is not None else target.outputs == 1
+
+
+def _check_ref(c: _Checker, ref: OpRef, by_name: Mapping[str, Op], names: Sequence[str], path: YamlPath,
                what: str, key: bool = False) -> None:
     target = by_name.get(ref.op)
     if target is None:

@@ -127,7 +127,7 @@ def test_round_robin_by_count_ignores_sizes(tmp_path: Path) -> None:
     assert ps_tasks(plan_json(write(tmp_path, BY_BYTES % "count"))) == [0, 1, 0, 1, 0, 1]
 
 
-def test_round_robin_skips_ops_pinned_to_another_job_without_advancing(tmp_path: Path) -> None:
+def test_round_robin_skips_ops_pinned_to_another_job_or_a_task(tmp_path: Path) -> None:
     path = write(tmp_path, """\
         version: 1
         cluster:
@@ -141,12 +141,15 @@ def test_round_robin_skips_ops_pinned_to_another_job_without_advancing(tmp_path:
         graph:
           - {name: v1, op: variable, value: 1.0}
           - {name: local, op: variable, value: 2.0, device: /job:worker}
-          - {name: v2, op: variable, value: 3.0}
+          - {name: pinned, op: variable, value: 3.0, device: /task:1}
+          - {name: v2, op: variable, value: 4.0}
         """)
-    placed = devices(plan_json(path))
-    assert placed == {"v1": "/job:ps/replica:0/task:0/device:CPU:0",
-                      "local": "/job:worker/replica:0/task:0/device:CPU:0",
-                      "v2": "/job:ps/replica:0/task:1/device:CPU:0"}
+    data = plan_json(path)
+    assert devices(data) == {"v1": "/job:ps/replica:0/task:0/device:CPU:0",
+                             "local": "/job:worker/replica:0/task:0/device:CPU:0",
+                             "pinned": "/job:ps/replica:0/task:1/device:CPU:0",
+                             "v2": "/job:ps/replica:0/task:1/device:CPU:0"}
+    assert (ops(data)["pinned"]["sources"]["job"], ops(data)["pinned"]["sources"]["task"]) == ("rule 1", "op")
 
 
 def test_rule_sends_variables_to_the_cpu_and_the_rest_to_gpu0() -> None:
@@ -282,7 +285,7 @@ def test_soft_placement_with_no_usable_device_is_still_an_error(tmp_path: Path) 
     (message,) = errors(path)
     assert message.startswith("Could not satisfy explicit device specification "
                               "'/job:localhost/replica:0/task:0/device:CPU:0' because no supported kernel for CPU")
-    assert "soft placement cannot fall back either" in message
+    assert message.endswith("; soft placement cannot fall back: it is on the fallback device already")
 
 
 # ------------------------------------------------------------------- any GPU, defaults and their order

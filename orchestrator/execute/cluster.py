@@ -14,6 +14,7 @@ allowed failures) come from the spec's options.
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
@@ -72,6 +73,9 @@ def worker_options(cluster: Cluster, device: Device, host: str = "127.0.0.1") ->
         "env": worker_env(device, job.physical_gpus),
         "host": host,
         "dashboard": False,
+        # worker chatter (start-up banners, heartbeats during shutdown) is not the user's business;
+        # real failures reach the user through the client, naming the op
+        "silence_logs": logging.CRITICAL,
     }
 
 

@@ -101,6 +101,10 @@ class Runner:
         out_dir = settings.output_dir or self.spec.run.output_dir or "."
         self.output_dir = os.path.normpath(os.path.join(self.base_dir, out_dir))
         self.backend, self.backend_why = choose_backend(plan, settings.gpu_backend or self.spec.cluster.gpu_backend)
+        self.key_owner: dict[str, str] = {}
+        self.not_run: dict[str, str] = {}  # ops the driver resolved itself (loop exports), and why
+        self.task_count = 0
+        self.move_count = 0
 
     # ------------------------------------------------------------------ cluster
 
@@ -160,17 +164,28 @@ class Runner:
         return any(d.is_gpu for d in self.spec.cluster.devices)
 
     def _run_on(self, client: Any, link: str | None) -> RunResult:
-        compiled = compile_plan(self.plan, self.token, self.base_dir, host_outputs=self.backend == "cupy")
+        from distributed import performance_report
+
         if self.spec.placement.log:
             client.subscribe_topic(LOG_TOPIC, lambda event: self.echo(str(event[1])))
         started = time.time()
-        values = self._compute(client, compiled)
+        context: Any = performance_report(filename=self.settings.performance_report) \
+            if self.settings.performance_report else _nullcontext()
+        with client.as_current(), context:
+            if self.spec.loops:
+                from .loops import run_staged
+
+                values = run_staged(self, client)
+            else:
+                compiled = compile_plan(self.plan, self.token, self.base_dir, host_outputs=self.backend == "cupy")
+                futures = self.submit(client, compiled, list(compiled.output_keys.values()), progress=True)
+                values = self.gather_outputs(client, compiled.output_keys, futures, compiled.sink_keys)
         elapsed = time.time() - started
         drained = client.run(drain_records, run=self.token)
         events = [r for worker in drained.values() for r in worker["records"]]
         stats = {addr: {"ran_on": worker["ran_on"], **worker["memory"]} for addr, worker in drained.items()}
         restarted = {worker["ran_on"] for worker in drained.values() if worker["created"] > started}
-        report = self._report(compiled, events, stats, elapsed)
+        report = self._report(events, stats, elapsed)
         report["restarted_devices"] = sorted(restarted)
         self._verify(report)
         written = self._write_outputs(values) if self.settings.write_outputs else ()
@@ -178,37 +193,42 @@ class Runner:
             self._write_report(report)
         return RunResult(self.spec.name, values, report, self.plan, self.backend, link, written)
 
-    def _compute(self, client: Any, compiled: CompiledGraph) -> dict[str, Any]:
-        from distributed import performance_report, wait
+    def submit(self, client: Any, compiled: CompiledGraph, keys: Sequence[str], progress: bool = False) -> dict[str, Any]:
+        """Send a graph; return futures for ``keys`` and for its sinks (ops nothing reads)."""
+        self.key_owner.update(compiled.key_owner)
+        self.task_count += len(compiled.tasks)
+        self.move_count += len(compiled.moves)
+        wanted = list(dict.fromkeys([*keys, *compiled.sink_keys]))
+        futures = client.get(compiled.graph, wanted, sync=False, optimize_graph=False)
+        if progress and (self.settings.progress or (self.settings.progress is None and sys.stdout.isatty())):
+            from distributed import progress as progress_bar
 
-        keys = list(dict.fromkeys(compiled.output_keys.values()))
-        sinks = [k for k in dict.fromkeys(compiled.sink_keys) if k not in compiled.output_keys.values()]
-        context: Any = performance_report(filename=self.settings.performance_report) \
-            if self.settings.performance_report else _nullcontext()
-        with client.as_current(), context:
-            futures = client.get(compiled.graph, keys + sinks, sync=False, optimize_graph=False)
-            if self.settings.progress or (self.settings.progress is None and sys.stdout.isatty()):
-                from distributed import progress
+            progress_bar(futures)
+            print()
+        return dict(zip(wanted, futures))
 
-                progress(futures)
-                print()
-            try:
-                results = client.gather(futures[: len(keys)])
-                wait(futures[len(keys):])
-                for future in futures[len(keys):]:
-                    if future.status == "error":
-                        future.result()  # raises the op's error
-            except OrchestratorError:
-                raise
-            except Exception as exc:
-                raise self._translate(exc, compiled) from None
-        by_key = dict(zip(keys, results))
-        return {ref: by_key[key] for ref, key in compiled.output_keys.items()}
+    def gather_outputs(self, client: Any, output_keys: Mapping[str, str], futures: Mapping[str, Any],
+                       sinks: Sequence[str] = ()) -> dict[str, Any]:
+        """Fetch the output values; wait for the sinks; turn Dask's errors into ours naming the op."""
+        from distributed import wait
 
-    def _translate(self, exc: Exception, compiled: CompiledGraph) -> RunError:
+        try:
+            results = client.gather([futures[k] for k in output_keys.values()])
+            pending = [futures[k] for k in sinks if k in futures]
+            wait(pending)
+            for future in pending:
+                if future.status == "error":
+                    future.result()  # raises the op's error
+        except OrchestratorError:
+            raise
+        except Exception as exc:
+            raise self.translate(exc) from None
+        return dict(zip(output_keys, results))
+
+    def translate(self, exc: Exception) -> RunError:
         text = f"{type(exc).__name__}: {exc}"
-        key = next((k for k in compiled.key_owner if k in str(exc)), None)
-        op = compiled.key_owner.get(key or "", "?")
+        key = next((k for k in self.key_owner if k in str(exc)), None)
+        op = self.key_owner.get(key or "", "?")
         device = self.plan.placement(op).device_name if op != "?" else "?"
         if type(exc).__name__ == "NoValidWorkerError":
             return NoWorkerError(f"op '{op}' cannot run: no worker offers its device {device} "
@@ -220,8 +240,8 @@ class Runner:
 
     # ------------------------------------------------------------------ after the run
 
-    def _report(self, compiled: CompiledGraph, events: Sequence[Mapping[str, Any]],
-                stats: Mapping[str, Mapping[str, Any]], elapsed: float) -> dict[str, Any]:
+    def _report(self, events: Sequence[Mapping[str, Any]], stats: Mapping[str, Mapping[str, Any]],
+                elapsed: float) -> dict[str, Any]:
         ran: dict[str, Mapping[str, Any]] = {}
         failures: dict[str, int] = {}
         moved = 0
@@ -229,15 +249,15 @@ class Runner:
             if e.get("kind") == "op":
                 ran[e["op"]] = e
             elif e.get("kind") == "failed":
-                failures[e["op"]] = failures.get(e["op"], 0) + 1
+                failures[e["op"]] = failures.get(e["op"], 0) + int(e.get("count", 1))
             elif e.get("kind") == "move":
-                moved += int(e.get("bytes", 0))
+                moved += int(e.get("bytes", 0)) * int(e.get("count", 1))
         ops = []
         for p in self.plan.placements:
             e = ran.get(p.op, {})
             ops.append({"name": p.op, "op": p.kind, "planned_device": p.device_name, "worker": e.get("ran_on"),
                         "start": e.get("start"), "duration": e.get("duration"), "output_bytes": e.get("bytes"),
-                        "retries": failures.get(p.op, 0), "why": p.why()})
+                        "retries": failures.get(p.op, 0), "runs": e.get("count"), "why": p.why()})
         devices = []
         for m in self.plan.memory:
             seen = next((s for s in stats.values() if s.get("ran_on") == m.device), {})
@@ -251,15 +271,17 @@ class Runner:
             slot["bytes"] += int(entry["output_bytes"] or 0)
         return {"format": 1, "name": self.spec.name, "file": self.spec.file, "run": self.token,
                 "backend": self.backend, "elapsed_seconds": elapsed, "ops": ops, "devices": devices,
-                "placement": placement, "totals": {"ops": len(ops), "tasks": len(compiled.tasks),
-                                                   "bytes_moved": moved, "moves": len(compiled.moves)}}
+                "placement": placement, "totals": {"ops": len(ops), "tasks": self.task_count,
+                                                   "bytes_moved": moved, "moves": self.move_count}}
 
     def _verify(self, report: dict[str, Any]) -> None:
         wrong, unverified = [], []
         restarted = set(report.get("restarted_devices", ()))
         for entry in report["ops"]:
             worker, planned = entry["worker"], entry["planned_device"]
-            if worker is None and planned in restarted:
+            if entry["name"] in self.not_run:
+                entry["note"] = self.not_run[entry["name"]]
+            elif worker is None and planned in restarted:
                 unverified.append(entry["name"])  # its record died with the worker that ran it
             elif worker is None:
                 wrong.append(f"{entry['name']}: no record of where it ran (planned {planned})")

@@ -59,8 +59,23 @@ class Runtime:
     backend: Backend
     user_paths: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    records: list[dict[str, Any]] = field(default_factory=list)  # list.append is atomic: no lock needed
+    # (run, op, kind) -> aggregate over loop steps: bounded by the number of ops, not of steps
+    records: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     created: float = field(default_factory=time.time)  # a restarted worker lost the records it held
+
+    def record(self, run: str, op: str, kind: str, ran_on: str, start: float, duration: float,
+               nbytes: int, error: str = "") -> None:
+        with self.lock:
+            entry = self.records.get((run, op, kind))
+            if entry is None:
+                self.records[(run, op, kind)] = {"run": run, "op": op, "kind": kind, "ran_on": ran_on,
+                                                 "start": start, "duration": duration, "bytes": nbytes,
+                                                 "count": 1, "error": error}
+            else:
+                entry["count"] += 1
+                entry["duration"] += duration
+                entry["bytes"] = nbytes
+                entry["error"] = error or entry["error"]
 
 
 class DeviceRuntimePlugin(WorkerPlugin):
@@ -120,16 +135,14 @@ def run_op(task: OpTask, *args: Any) -> Any:
         inputs = tuple(runtime.backend.adopt(x, task.name) for x in args[: task.n_inputs])
         value = runtime.backend.execute(task.name, lambda: _with_timeout(task, runtime, inputs))
     except Exception as exc:
-        runtime.records.append({"op": task.name, "run": task.run, "step": task.step, "kind": "failed",
-                                "ran_on": str(worker.name), "error": f"{type(exc).__name__}: {exc}"})
+        runtime.record(task.run, task.name, "failed", str(worker.name), start, 0.0, 0,
+                       error=f"{type(exc).__name__}: {exc}")
         if isinstance(exc, OrchestratorError):
             raise
         raise OpFailedError(task.name, runtime.config.name, f"{type(exc).__name__}: {exc}",
                             _user_origin(exc.__traceback__)) from None
     stop = time.time()
-    runtime.records.append({"op": task.name, "run": task.run, "step": task.step, "kind": "op",
-                            "ran_on": str(worker.name), "start": start, "duration": stop - start,
-                            "bytes": _nbytes(value)})
+    runtime.record(task.run, task.name, "op", str(worker.name), start, stop - start, _nbytes(value))
     if task.log:
         worker.log_event(LOG_TOPIC, f"Executing op {task.tf_name} in device {worker.name}")
     return value
@@ -228,8 +241,7 @@ def move(name: str, device: str, run: str, value: Any) -> Any:
     worker, runtime = _runtime()
     start = time.time()
     moved = runtime.backend.to_device(value, name)
-    runtime.records.append({"op": name, "run": run, "kind": "move", "ran_on": str(worker.name), "start": start,
-                            "duration": time.time() - start, "bytes": _nbytes(moved)})
+    runtime.record(run, name, "move", str(worker.name), start, time.time() - start, _nbytes(moved))
     return moved
 
 
@@ -246,7 +258,9 @@ def to_host(value: Any) -> Any:
 def drain_records(dask_worker: Any, run: str) -> dict[str, Any]:
     """Run on every worker (``Client.run``) after a run: its records of that run, and its memory."""
     worker, runtime = _runtime(dask_worker)
-    mine = [r for r in runtime.records if r.get("run") == run]
-    runtime.records[:] = [r for r in runtime.records if r.get("run") != run]
+    with runtime.lock:
+        mine = [r for key, r in runtime.records.items() if key[0] == run]
+        for key in [k for k in runtime.records if k[0] == run]:
+            del runtime.records[key]
     return {"ran_on": str(worker.name), "records": mine, "memory": runtime.backend.stats(),
             "created": runtime.created}
