@@ -16,9 +16,10 @@ from typing import IO, Iterator
 @contextmanager
 def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        # mkstemp makes 0600 files; give the result the mode a plain open() would
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, mode) as handle:
             yield handle
             handle.flush()
@@ -28,6 +29,16 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _read_umask() -> int:
+    # os.umask can only be read by setting it: do it once, at import, before any threads write files
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:

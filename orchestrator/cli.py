@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     results = [api.check_file(path) for path in args.files]
     files = [(r.file, r.diagnostics) for r in results]
-    out.write(report.DIAGNOSTIC_FORMATS[args.format](files))
+    out.write(report.DIAGNOSTIC_FORMATS[args.format](files, args.strict))
     return EXIT_OK if all(r.ok(args.strict) for r in results) else EXIT_INVALID
 
 

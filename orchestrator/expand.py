@@ -83,14 +83,19 @@ class _Expander:
                 "write /job:NAME/task:N/device:CPU:0, /gpu:1 or GPU:1"))
             return None
 
-    def device_list(self, spec: Any, path: YamlPath, source: str) -> list[DeviceRequest]:
+    def device_list(self, spec: Any, path: YamlPath, source: str,
+                    chain: tuple[DeviceRequest, ...] = ()) -> list[DeviceRequest]:
+        """A list of device strings, or one pattern expanded within the enclosing scopes."""
         if isinstance(spec, list):
             found = [self.device(text, (*path, i), source) for i, text in enumerate(spec)]
             return [d for d in found if d is not None]
         pattern = self.device(spec, path, source)
         if pattern is None or self.cluster is None:
             return []
-        matches = self.cluster.matching(pattern.spec)
+        scoped = DeviceSpec()
+        for req in chain:  # /gpu:* inside scope /job:worker/task:1 means that task's GPUs
+            scoped = scoped.merge(req.spec)
+        matches = self.cluster.matching(scoped.merge(pattern.spec))
         if not matches:
             self.diagnostics.append(self.doc.diagnostic(
                 "device-pattern", path, f"device pattern '{spec}' matches no device of the cluster",
@@ -189,7 +194,7 @@ class _Expander:
                   chain: tuple[DeviceRequest, ...], resolve: Resolver) -> None:
         name, spec = prefix + str(item["name"]), item["replicate"]
         rpath = (*path, "replicate")
-        devices = self.device_list(spec["devices"], (*rpath, "devices"), f"replicate '{name}'")
+        devices = self.device_list(spec["devices"], (*rpath, "devices"), f"replicate '{name}'", chain)
         if not devices:
             return
         subs_per_copy: list[dict[str, OpRef]] = [{} for _ in devices]
@@ -224,7 +229,7 @@ class _Expander:
         name, spec = prefix + str(item["name"]), item["sweep"]
         spath = (*path, "sweep")
         param, values, body = str(spec["param"]), list(spec["values"]), spec["body"]
-        devices = self.device_list(spec["devices"], (*spath, "devices"), f"sweep '{name}'") \
+        devices = self.device_list(spec["devices"], (*spath, "devices"), f"sweep '{name}'", chain) \
             if "devices" in spec else []
         local = self.local_names(body) | {param}
         for i, value in enumerate(values):

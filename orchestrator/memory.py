@@ -123,7 +123,7 @@ def _judge(plan: Plan, memory: DeviceMemory) -> list[Diagnostic]:
             "memory", op.path,
             f"op '{op.name}' needs {bound}{format_bytes(memory.peak)} on {memory.device}; "
             f"limit is {format_bytes(memory.limit)}",
-            "raise the device's limit (gpu_memory / memory_limit), split the work across devices, "
+            "raise the device's gpu_memory or memory_limit, split the work across devices, "
             "or place large ops elsewhere")]
     if memory.unknown and _declared(plan, memory.device):
         op = plan.spec.op(memory.unknown[0])

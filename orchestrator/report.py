@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping, Sequence
 
-from .errors import Diagnostic, format_bytes
+from .errors import Diagnostic, format_bytes, format_path
 from .model import DeviceMemory, Placement, Plan
 from .ops import lookup
 
@@ -19,21 +19,31 @@ PLAN_JSON_VERSION = 1
 # --------------------------------------------------------------------------- diagnostics
 
 
-def diagnostics_text(files: Sequence[tuple[str, Sequence[Diagnostic]]]) -> str:
+Files = Sequence[tuple[str, Sequence[Diagnostic]]]
+
+
+def _failed(diags: Sequence[Diagnostic], strict: bool) -> bool:
+    return any(d.is_error or strict for d in diags)
+
+
+def diagnostics_text(files: Files, strict: bool = False) -> str:
     lines = [d.render() for _, diags in files for d in diags]
     errors = sum(d.is_error for _, diags in files for d in diags)
     warnings = sum(not d.is_error for _, diags in files for d in diags)
-    bad = sum(any(d.is_error for d in diags) for _, diags in files)
-    summary = f"{len(files)} file{'s' if len(files) != 1 else ''} checked: " + (
-        f"{bad} invalid, {errors} error{'s' if errors != 1 else ''}" if errors else "all valid")
+    bad = sum(_failed(diags, strict) for _, diags in files)
+    parts = [f"{bad} invalid" if bad else "all valid"]
+    if errors:
+        parts.append(f"{errors} error{'s' if errors != 1 else ''}")
     if warnings:
-        summary += f", {warnings} warning{'s' if warnings != 1 else ''}"
+        parts.append(f"{warnings} warning{'s' if warnings != 1 else ''}" + (" (--strict: they fail)" if strict else ""))
+    summary = f"{len(files)} file{'s' if len(files) != 1 else ''} checked: " + ", ".join(parts)
     return "\n".join([*lines, summary]) + "\n"
 
 
-def diagnostics_json(files: Sequence[tuple[str, Sequence[Diagnostic]]]) -> str:
+def diagnostics_json(files: Files, strict: bool = False) -> str:
     return json.dumps({
-        "files": [{"file": f, "valid": not any(d.is_error for d in diags),
+        "strict": strict,
+        "files": [{"file": f, "valid": not _failed(diags, strict),
                    "diagnostics": [d.as_dict() for d in diags]} for f, diags in files],
         "errors": sum(d.is_error for _, diags in files for d in diags),
         "warnings": sum(not d.is_error for _, diags in files for d in diags),
@@ -45,19 +55,19 @@ def _gh_escape(text: str, prop: bool = False) -> str:
     return text.replace(":", "%3A").replace(",", "%2C") if prop else text
 
 
-def diagnostics_github(files: Sequence[tuple[str, Sequence[Diagnostic]]]) -> str:
+def diagnostics_github(files: Files, strict: bool = False) -> str:
     """GitHub Actions workflow commands: one ``::error``/``::warning`` annotation per diagnostic."""
     out = []
     for _, diags in files:
         for d in diags:
             message = f"{d.message} ({d.hint})" if d.hint else d.message
-            title = f"{d.code} at {d.path and '.'.join(map(str, d.path)) or 'spec'}"
+            title = f"{d.code} at {format_path(d.path)}"
             out.append(f"::{d.severity} file={_gh_escape(d.file, True)},line={d.line},col={d.column},"
                        f"title={_gh_escape(title, True)}::{_gh_escape(message)}")
     return "\n".join(out) + ("\n" if out else "")
 
 
-DIAGNOSTIC_FORMATS: Mapping[str, Callable[[Sequence[tuple[str, Sequence[Diagnostic]]]], str]] = {
+DIAGNOSTIC_FORMATS: Mapping[str, Callable[[Files, bool], str]] = {
     "text": diagnostics_text, "json": diagnostics_json, "github": diagnostics_github,
 }
 

@@ -305,6 +305,7 @@ class Runner:
         temps: list[tuple[Any, str]] = []
         try:
             for path, value in staged:
+                os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
                 ctx = atomic_open(path, "wb")
                 handle = ctx.__enter__()
                 _write_array(handle, path, value)

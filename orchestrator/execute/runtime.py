@@ -229,6 +229,7 @@ def save_array(path: str, value: Any, params: Mapping[str, Any]) -> None:
     from ..atomic import atomic_open
 
     fmt = params.get("format") or ("csv" if path.endswith(".csv") else "npy")
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with atomic_open(path, "wb") as handle:
         if fmt == "csv":
             np.savetxt(handle, np.atleast_1d(np.asarray(value)), delimiter=",")
