@@ -10,9 +10,11 @@ or drop their annotations (dask#7036).
   device offers — restart-proof, unlike worker addresses (distributed#8600).
   An op on ``GPU:*`` asks for ``{"GPU": 1, "task:<job/replica/task>": 1}`` and
   Dask picks the GPU.
-* A value used on another pinned device goes through one ``move`` task on
-  that device, so it crosses once per consuming device however many ops
-  there read it.
+* A value used on another pinned device crosses once per consuming device.
+  With one reader there, Dask fetches it as that task's dependency; with
+  several (or, in loops, a value read every step) it goes through one ``move``
+  task on that device, which all readers share — so Dask can never fetch it
+  twice, and the copy to a GPU happens once.
 * A control edge (``after``) depends on a ``done`` token task that runs on the
   producer's device and returns ``None``: no array moves.
 * A multi-output op returns a tuple; ``NAME:i`` is a getitem task beside it.
@@ -24,6 +26,7 @@ task stream groups them by op.
 from __future__ import annotations
 
 import operator
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping
 
@@ -67,6 +70,7 @@ class CompiledGraph:
     token: str
     moves: Mapping[tuple[str, str], str] = field(default_factory=dict)  # (source key, device) -> move key
     sink_keys: tuple[str, ...] = ()  # ops nothing else waits for: computed, waited for, not fetched
+    transfers: int = 0  # values sent to another device (through a move task or as a direct dependency)
 
 
 Resolve = Callable[[OpRef], Located]
@@ -76,8 +80,10 @@ class GraphBuilder:
     """Accumulates tasks for ops (possibly of several loop steps) into one Dask graph."""
 
     def __init__(self, plan: Plan, token: str, base_dir: str = ".", suffix: str = "",
-                 known_moves: Mapping[tuple[str, str], str] | None = None):
+                 known_moves: Mapping[tuple[str, str], str] | None = None, shared_keys: Collection[str] = (),
+                 out_dir: str | None = None):
         self.plan, self.spec, self.token, self.base_dir = plan, plan.spec, token, base_dir
+        self.out_dir = out_dir or base_dir  # save ops write here; load and call read from base_dir
         self.suffix = suffix or f"-{token}"
         self.tasks: dict[str, Any] = {}
         self.resources: dict[str, Mapping[str, float]] = {}
@@ -85,7 +91,9 @@ class GraphBuilder:
         self.owner: dict[str, str] = {}
         self.moves: dict[tuple[str, str], str] = dict(known_moves or {})
         self.new_moves: dict[tuple[str, str], str] = {}
-        self.device_of = {p.op: p.device for p in plan.placements}
+        self.crossings: set[tuple[str, str]] = set()  # (source key, device): every value sent somewhere
+        self.shared = set(shared_keys)
+        self.readers = _readers(plan)
 
     def add(self, key: str, task: Any, device: DeviceSpec, op: str, n_retries: int) -> None:
         self.tasks[key] = task
@@ -111,6 +119,10 @@ class GraphBuilder:
         if value.device == consumer or consumer.device_index == ANY:
             return value.key
         pair = (value.key, consumer.to_string())
+        self.crossings.add(pair)
+        if self.readers.get((str(ref), pair[1]), 0) <= 1 and value.key not in self.shared:
+            # one reader there: Dask fetches it once as that task's dependency; no extra task
+            return value.key
         if pair not in self.moves:
             key = f"move({ref}@{_short(consumer)}){self.suffix}-{len(self.moves)}"
             self.add(key, Task(key, move, str(ref), consumer.to_string(), self.token, TaskRef(value.key)),
@@ -134,9 +146,12 @@ class GraphBuilder:
                 self.add(done_key, Task(done_key, control_token, TaskRef(producer.key)), producer.device, name, 0)
             args.append(TaskRef(done_key))
         definition = lookup(op.kind)
+        params = dict(op.params)
+        if op.kind == "save":
+            params["path"] = os.path.join(self.out_dir, str(params["path"]))
         payload = OpTask(
             name=op.name, kind=op.kind, tf_name=definition.tf_name if definition else op.kind,
-            device=device.to_string(), params=dict(op.params), n_inputs=len(op.inputs), input_keys=op.input_keys,
+            device=device.to_string(), params=params, n_inputs=len(op.inputs), input_keys=op.input_keys,
             timeout=op.timeout if op.timeout is not None else spec.run.timeout, log=spec.placement.log,
             base_dir=self.base_dir, step=step, outputs=op.outputs, run=self.token)
         key = f"{op.name}{suffix}"
@@ -162,17 +177,17 @@ class GraphBuilder:
         name = f"orchestrator{self.suffix}"
         graph = HighLevelGraph({name: layer}, {name: set()})
         return CompiledGraph(graph, self.tasks, dict(values), dict(output_keys), self.resources, self.retries,
-                             self.owner, self.token, dict(self.new_moves), sink_keys)
+                             self.owner, self.token, dict(self.new_moves), sink_keys, len(self.crossings))
 
 
 def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool = False,
                  only: Collection[str] | None = None, known: Mapping[str, Located] | None = None,
-                 outputs: Collection[str] | None = None) -> CompiledGraph:
+                 outputs: Collection[str] | None = None, out_dir: str | None = None) -> CompiledGraph:
     """Build the graph of ``only`` these ops (default: all), reading ``known`` values already computed.
 
     ``outputs`` are the refs to fetch (default: the spec's outputs that this graph can produce).
     """
-    builder = GraphBuilder(plan, token, base_dir)
+    builder = GraphBuilder(plan, token, base_dir, out_dir=out_dir)
     spec = plan.spec
     values: dict[str, Located] = dict(known or {})
 
@@ -205,6 +220,16 @@ def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool
                   if p.op not in consumed and p.op in values and (known is None or p.op not in known)
                   and (chosen is None or p.op in chosen))
     return builder.build(values, output_keys, sinks)
+
+
+def _readers(plan: Plan) -> dict[tuple[str, str], int]:
+    """How many ops on each device read each value: one reader needs no move task."""
+    spec = plan.spec
+    count: dict[tuple[str, str], int] = {}
+    for p in plan.placements:
+        for text in {str(ref) for ref in spec.op(p.op).inputs}:
+            count[(text, p.device_name)] = count.get((text, p.device_name), 0) + 1
+    return count
 
 
 @dataclass(frozen=True)

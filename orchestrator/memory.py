@@ -131,7 +131,7 @@ def _judge(plan: Plan, memory: DeviceMemory) -> list[Diagnostic]:
             "memory-unknown", op.path,
             f"{len(memory.unknown)} op(s) of unknown size on {memory.device} (first: '{op.name}'); "
             f"peak is at least {format_bytes(memory.peak)} of a {format_bytes(memory.limit)} limit",
-            "declare output: {shape, dtype} on call ops so the planner can check the limit",
+            "declare sizes so the planner can check the limit: output: {shape, dtype} on call ops, shape: on load ops",
             severity="warning")]
     return []
 

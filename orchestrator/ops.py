@@ -341,35 +341,43 @@ def infer_cast(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
 
 
 def infer_load(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
-    return (ValueInfo(None, p.get("dtype")),)  # the file is read on the worker, never at plan time
+    # the file is read on the worker, never at plan time: its size is known only if declared
+    shape = tuple(int(d) for d in p["shape"]) if "shape" in p else None
+    return (ValueInfo(shape, p.get("dtype", "float64" if shape is not None else None)),)
 
 
 def infer_call(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
     declared = p.get("output")
     n = int(p.get("outputs", 1))
-    if declared:
-        return tuple(ValueInfo(tuple(declared["shape"]), declared.get("dtype", "float64")) for _ in range(n))
-    return _unknown(n)
+    if not declared:
+        return _unknown(n)
+    each = declared if isinstance(declared, list) else [declared] * n
+    if len(each) != n:
+        raise ShapeError(f"output declares {len(each)} value(s) but outputs is {n}",
+                         "give one {shape, dtype} per output, or a single one for all")
+    return tuple(ValueInfo(tuple(d["shape"]), d.get("dtype", "float64")) for d in each)
 
 
 # --------------------------------------------------------------------------- kernels
 
 
-def _host_rng(p: Params, step: int = 0) -> np.random.Generator:
-    return np.random.default_rng([int(p.get("seed", 0)), step])
+def _host_rng(p: Params, step: int = 0, stream: tuple[int, ...] = ()) -> np.random.Generator:
+    # one PCG64 stream per (seed, copy of a construct, loop step): replicas draw different
+    # batches, every step draws a fresh one, and a plain op is reproducible from its seed
+    return np.random.default_rng([int(p.get("seed", 0)), *stream, step])
 
 
 def run_constant(xp: Any, p: Params) -> Any:
     return xp.asarray(np.asarray(p["value"], dtype=p.get("dtype", "float64")))
 
 
-def run_uniform(xp: Any, p: Params, step: int = 0) -> Any:
-    arr = _host_rng(p, step).uniform(p.get("low", 0.0), p.get("high", 1.0), size=_shape(p))
+def run_uniform(xp: Any, p: Params, step: int = 0, stream: tuple[int, ...] = ()) -> Any:
+    arr = _host_rng(p, step, stream).uniform(p.get("low", 0.0), p.get("high", 1.0), size=_shape(p))
     return xp.asarray(arr.astype(_dtype(p), copy=False))
 
 
-def run_normal(xp: Any, p: Params, step: int = 0) -> Any:
-    arr = _host_rng(p, step).normal(p.get("mean", 0.0), p.get("stddev", 1.0), size=_shape(p))
+def run_normal(xp: Any, p: Params, step: int = 0, stream: tuple[int, ...] = ()) -> Any:
+    arr = _host_rng(p, step, stream).normal(p.get("mean", 0.0), p.get("stddev", 1.0), size=_shape(p))
     return xp.asarray(arr.astype(_dtype(p), copy=False))
 
 
@@ -488,7 +496,7 @@ CATALOG: dict[str, OpDef] = {d.name: d for d in [
     _def("cast", "Cast", infer_cast, lambda xp, p, x: x.astype(p["dtype"]), 1, 1, required=["dtype"], names=("x",)),
     # Data ops read and write files on the worker that owns the op; their kernels live in execute.
     _def("load", "LoadArray", infer_load, lambda xp, p: None, 0, 0, kernels=CPU_ONLY, required=["path"],
-         optional=["format", "delimiter", "header", "dtype"]),
+         optional=["format", "delimiter", "header", "dtype", "shape"]),
     _def("save", "SaveArray", infer_same, lambda xp, p, x: x, 1, 1, required=["path"], optional=["format"],
          names=("x",)),
     _def("call", "Call", infer_call, lambda xp, p, *xs: None, 0, None, required=["fn"],

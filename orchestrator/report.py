@@ -213,6 +213,7 @@ def placement_summary(run_report: Mapping[str, Any]) -> str:
         lines.append(f"  {device.ljust(width)}  {slot['ops']:>5}  {format_bytes(slot['bytes']):>12}")
     totals = run_report["totals"]
     lines.append(f"  {totals['ops']} ops ({totals['tasks']} Dask tasks) in {run_report['elapsed_seconds']:.2f} s; "
-                 f"{totals['moves']} transfers moved {format_bytes(totals['bytes_moved'])}; "
+                 f"{totals['moves']} planned transfers, Dask moved {format_bytes(totals['bytes_moved'])} "
+                 f"in {totals.get('transfers_seen', 0)}; "
                  f"placement verified against the plan")
     return "\n".join(lines) + "\n"

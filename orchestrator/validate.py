@@ -745,6 +745,20 @@ def _check_kernels(c: _Checker, ops: Sequence[Op]) -> None:
             c.error("kernels", op.path, f"op {_label(op)} declares no kernels", "kernels: [cpu] or [cpu, gpu]")
 
 
+def _check_target(c: _Checker, target: str, path: YamlPath, run: RunOptions, what: str,
+                  suffixes: tuple[str, ...] = OUTPUT_SUFFIXES) -> None:
+    """A file the run writes: a known format, inside the output directory unless allowed out."""
+    if not target.endswith(suffixes):
+        c.error("output-format", path, f"{what} '{target}' has an unknown format",
+                f"use {', '.join(suffixes)}" + (" or '-' for stdout" if what == "output path" else ""))
+    elif os.path.isabs(target) and not run.allow_absolute_paths:
+        c.error("output-path", path, f"{what} '{target}' is absolute",
+                "use a path relative to the output directory, or set run.allow_absolute_paths: true")
+    elif ".." in os.path.normpath(target).split(os.sep) and not run.allow_absolute_paths:
+        c.error("output-path", path, f"{what} '{target}' escapes the output directory",
+                "remove '..' or set run.allow_absolute_paths: true")
+
+
 def _outputs(c: _Checker, data: Mapping[str, Any], by_name: Mapping[str, Op], run: RunOptions) -> tuple[Output, ...]:
     out = []
     names = list(by_name)
@@ -753,16 +767,13 @@ def _outputs(c: _Checker, data: Mapping[str, Any], by_name: Mapping[str, Op], ru
         ref = parse_ref(str(key))
         _check_ref(c, ref, by_name, names, path, f"op '{ref}' named in outputs", key=True)
         if target != "-":
-            if not str(target).endswith(OUTPUT_SUFFIXES):
-                c.error("output-format", path, f"output path '{target}' has an unknown format",
-                        "use .npy, .npz, .csv or '-' for stdout")
-            elif os.path.isabs(target) and not run.allow_absolute_paths:
-                c.error("output-path", path, f"output path '{target}' is absolute",
-                        "use a path relative to the output directory, or set run.allow_absolute_paths: true")
-            elif ".." in os.path.normpath(str(target)).split(os.sep) and not run.allow_absolute_paths:
-                c.error("output-path", path, f"output path '{target}' escapes the output directory",
-                        "remove '..' or set run.allow_absolute_paths: true")
+            _check_target(c, str(target), path, run, "output path")
         out.append(Output(ref, str(target), path))
+    seen: set[YamlPath] = set()
+    for op in by_name.values():
+        if op.kind == "save" and "path" in op.params and op.path not in seen:
+            seen.add(op.path)  # a save in a replicated body is one line of YAML
+            _check_target(c, str(op.params["path"]), (*op.path, "path"), run, "save path", (".npy", ".csv"))
     return tuple(out)
 
 

@@ -177,7 +177,7 @@ def test_towers_pinned_to_gpu2_and_gpu3_only() -> None:
 
 
 def test_make_parallel_splits_next_to_the_value_and_runs_a_copy_per_gpu() -> None:
-    data = plan_json(VALID / "make_parallel.yaml")
+    data = plan_json(VALID.parent.parent / "examples" / "make_parallel.yaml")
     placed = devices(data)
     assert (placed["par/0/c"], placed["par/1/c"]) == (GPU0, GPU1)
     assert placed["par/split/a"] == placed["par.c"] == CPU0

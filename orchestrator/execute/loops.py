@@ -71,7 +71,8 @@ def run_staged(runner: "Runner", client: Any) -> dict[str, Any]:
             if name not in done and all(d in done or d in ready for d in _deps(runner, name)):
                 ready.append(name)
         if ready:
-            compiled = compile_plan(plan, runner.token, runner.base_dir, only=ready, known=known, outputs=[])
+            compiled = compile_plan(plan, runner.token, runner.base_dir, only=ready, known=known, outputs=[],
+                                    out_dir=runner.output_dir)
             chosen = set(ready)
             needed = [compiled.values[n].key for n in ready
                       if readers.get(n, set()) - chosen or any(r.op == n for r in output_refs.values())]
@@ -109,12 +110,13 @@ def _run_loop(runner: "Runner", client: Any, loop: Loop, known: dict[str, Locate
 
     carried: dict[str, Located] = {var.name: _lookup(known, var.init) for var in loop.state}
     carried_futures: dict[str, Any] = {}
+    in_flight: tuple[dict[str, Any], list[list[str]], list[str]] | None = None
     outer_moves: dict[tuple[str, str], str] = {}
     series: dict[str, list[Any]] = {name: [] for name, _ in loop.metrics}
     index = runner.spec.loops.index(loop)
     for start in range(0, loop.steps, loop.window):
         builder = GraphBuilder(plan, runner.token, runner.base_dir, suffix=f"-{runner.token}-L{index}w{start}",
-                               known_moves=outer_moves)
+                               known_moves=outer_moves, shared_keys=outer_keys, out_dir=runner.output_dir)
         metric_keys: list[list[str]] = []
         sink_keys: list[str] = []
         for step in range(start, min(loop.steps, start + loop.window)):
@@ -128,8 +130,11 @@ def _run_loop(runner: "Runner", client: Any, loop: Loop, known: dict[str, Locate
 
             for name in order:
                 var = state_of.get(name)
-                reader = resolve if var is None else (lambda ref, v=var.name: carried[v])
-                values[name] = builder.add_op(name, reader, step=step, suffix=suffix)
+                if var is not None:
+                    # the carried value is read where it lives; readers elsewhere get it moved
+                    values[name] = carried[var.name]
+                    continue
+                values[name] = builder.add_op(name, resolve, step=step, suffix=suffix)
             carried = {var.name: resolve(var.update) for var in loop.state}
             metric_keys.append([resolve(ref).key for _, ref in loop.metrics])
             sink_keys += [values[n].key for n in body_sinks]
@@ -140,16 +145,19 @@ def _run_loop(runner: "Runner", client: Any, loop: Loop, known: dict[str, Locate
         futures = runner.submit(client, compiled, wanted)
         outer_moves.update(persistent)
         held.update({key: futures[key] for key in persistent.values()})
-        flat = runner.gather_outputs(client, {k: k for keys in metric_keys for k in keys}, futures, sink_keys)
-        for keys in metric_keys:
-            for (name, _), key in zip(loop.metrics, keys):
-                series[name].append(np.asarray(flat[key]))
-        # the new window holds the state now: drop the old one so Dask can forget its keys
+        # Two windows in flight: this one is queued while the previous one's metrics are read,
+        # so the cluster never idles at a window boundary; then the previous one is dropped.
+        if in_flight is not None:
+            _collect(runner, client, loop, series, *in_flight)
+        in_flight = (futures, metric_keys, sink_keys)
         carried_futures = {c.key: futures[c.key] for c in carried.values()}
-        del futures, flat
+    if in_flight is not None:
+        _collect(runner, client, loop, series, *in_flight)
+        in_flight = None
     held.update(carried_futures)
 
     for var in loop.state:
+        runner.not_run[var.placeholder] = f"state of loop '{loop.name}': the carried value, read where it lives"
         known[f"{loop.name}.{var.name}"] = carried[var.name]
         runner.not_run[f"{loop.name}.{var.name}"] = f"final state of loop '{loop.name}'"
     for name, _ in loop.metrics:
@@ -162,6 +170,15 @@ def _run_loop(runner: "Runner", client: Any, loop: Loop, known: dict[str, Locate
         held[future.key] = future
         known[export] = Located(future.key, device)
         runner.not_run[export] = f"metric series of loop '{loop.name}', gathered by the client"
+
+
+def _collect(runner: "Runner", client: Any, loop: Loop, series: dict[str, list[Any]], futures: dict[str, Any],
+             metric_keys: list[list[str]], sink_keys: list[str]) -> None:
+    """Wait for one window: read its metrics (one scalar per step) and surface any error."""
+    flat = runner.gather_outputs(client, {k: k for keys in metric_keys for k in keys}, futures, sink_keys)
+    for keys in metric_keys:
+        for (name, _), key in zip(loop.metrics, keys):
+            series[name].append(np.asarray(flat[key]))
 
 
 def _lookup(known: dict[str, Located], ref: OpRef, builder: GraphBuilder | None = None, suffix: str = "") -> Located:

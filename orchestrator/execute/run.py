@@ -177,7 +177,8 @@ class Runner:
 
                 values = run_staged(self, client)
             else:
-                compiled = compile_plan(self.plan, self.token, self.base_dir, host_outputs=self.backend == "cupy")
+                compiled = compile_plan(self.plan, self.token, self.base_dir, host_outputs=self.backend == "cupy",
+                                        out_dir=self.output_dir)
                 futures = self.submit(client, compiled, list(compiled.output_keys.values()), progress=True)
                 values = self.gather_outputs(client, compiled.output_keys, futures, compiled.sink_keys)
         elapsed = time.time() - started
@@ -186,6 +187,9 @@ class Runner:
         stats = {addr: {"ran_on": worker["ran_on"], **worker["memory"]} for addr, worker in drained.items()}
         restarted = {worker["ran_on"] for worker in drained.values() if worker["created"] > started}
         report = self._report(events, stats, elapsed)
+        received = [item for worker in drained.values() for item in worker["received"]]
+        report["totals"]["bytes_moved"] = sum(n for _, n in received)
+        report["totals"]["transfers_seen"] = len(received)
         report["restarted_devices"] = sorted(restarted)
         self._verify(report)
         written = self._write_outputs(values) if self.settings.write_outputs else ()
@@ -197,7 +201,7 @@ class Runner:
         """Send a graph; return futures for ``keys`` and for its sinks (ops nothing reads)."""
         self.key_owner.update(compiled.key_owner)
         self.task_count += len(compiled.tasks)
-        self.move_count += len(compiled.moves)
+        self.move_count += compiled.transfers
         wanted = list(dict.fromkeys([*keys, *compiled.sink_keys]))
         futures = client.get(compiled.graph, wanted, sync=False, optimize_graph=False)
         if progress and (self.settings.progress or (self.settings.progress is None and sys.stdout.isatty())):

@@ -168,7 +168,11 @@ def kernel(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...]) -> Any:
     if kind == "call":
         return _call(task, runtime, inputs)
     if kind == "load":
-        return xp.asarray(load_array(os.path.join(task.base_dir, params["path"]), params))
+        array = load_array(os.path.join(task.base_dir, params["path"]), params)
+        if "shape" in params and tuple(array.shape) != tuple(params["shape"]):
+            raise RunError(f"op '{task.name}': {params['path']} holds an array of shape {list(array.shape)}, "
+                           f"but the spec declares shape {list(params['shape'])}")
+        return xp.asarray(array)
     if kind == "save":
         save_array(os.path.join(task.base_dir, params["path"]), runtime.backend.to_host(inputs[0]), params)
         return inputs[0]
@@ -177,7 +181,9 @@ def kernel(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...]) -> Any:
         raise RunError(f"op '{task.name}': unknown op type '{kind}'")
     merged = {**params, "op": kind} if kind in ("sum", "mean") else params
     if kind.startswith("random."):
-        return definition.compute(xp, merged, step=task.step)  # a fresh draw per loop step
+        # the copy indices in a construct's names (towers/1/x) pick the copy's own stream
+        stream = tuple(int(part) for part in task.name.split("/") if part.isdigit())
+        return definition.compute(xp, merged, step=task.step, stream=stream)
     result = definition.compute(xp, merged, *inputs)
     return tuple(result) if isinstance(result, (list, tuple)) else xp.asarray(result)
 
@@ -263,5 +269,8 @@ def drain_records(dask_worker: Any, run: str) -> dict[str, Any]:
         mine = [r for key, r in runtime.records.items() if key[0] == run]
         for key in [k for k in runtime.records if k[0] == run]:
             del runtime.records[key]
+    # what Dask itself says it moved into this worker for this run (its transfer log)
+    received = [(key, int(nbytes)) for entry in getattr(worker, "transfer_incoming_log", ())
+                for key, nbytes in entry.get("keys", {}).items() if run in str(key)]
     return {"ran_on": str(worker.name), "records": mine, "memory": runtime.backend.stats(),
-            "created": runtime.created}
+            "created": runtime.created, "received": received}
