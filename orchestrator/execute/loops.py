@@ -110,7 +110,7 @@ def _run_loop(runner: "Runner", client: Any, loop: Loop, known: dict[str, Locate
 
     carried: dict[str, Located] = {var.name: _lookup(known, var.init) for var in loop.state}
     carried_futures: dict[str, Any] = {}
-    in_flight: tuple[dict[str, Any], list[list[str]], list[str]] | None = None
+    in_flight: tuple[dict[str, Any], list[list[str]], list[str], int] | None = None
     outer_moves: dict[tuple[str, str], str] = {}
     series: dict[str, list[Any]] = {name: [] for name, _ in loop.metrics}
     index = runner.spec.loops.index(loop)
@@ -149,7 +149,7 @@ def _run_loop(runner: "Runner", client: Any, loop: Loop, known: dict[str, Locate
         # so the cluster never idles at a window boundary; then the previous one is dropped.
         if in_flight is not None:
             _collect(runner, client, loop, series, *in_flight)
-        in_flight = (futures, metric_keys, sink_keys)
+        in_flight = (futures, metric_keys, sink_keys, min(loop.steps, start + loop.window))
         carried_futures = {c.key: futures[c.key] for c in carried.values()}
     if in_flight is not None:
         _collect(runner, client, loop, series, *in_flight)
@@ -173,12 +173,16 @@ def _run_loop(runner: "Runner", client: Any, loop: Loop, known: dict[str, Locate
 
 
 def _collect(runner: "Runner", client: Any, loop: Loop, series: dict[str, list[Any]], futures: dict[str, Any],
-             metric_keys: list[list[str]], sink_keys: list[str]) -> None:
+             metric_keys: list[list[str]], sink_keys: list[str], last_step: int) -> None:
     """Wait for one window: read its metrics (one scalar per step) and surface any error."""
     flat = runner.gather_outputs(client, {k: k for keys in metric_keys for k in keys}, futures, sink_keys)
+    if not loop.metrics:  # nothing to read: wait for the window's carried state instead
+        runner.gather_outputs(client, {}, futures, list(futures))
     for keys in metric_keys:
         for (name, _), key in zip(loop.metrics, keys):
             series[name].append(np.asarray(flat[key]))
+    if runner.settings.on_loop_progress is not None:
+        runner.settings.on_loop_progress(loop.name, last_step, loop.steps)
 
 
 def _lookup(known: dict[str, Located], ref: OpRef, builder: GraphBuilder | None = None, suffix: str = "") -> Located:

@@ -49,6 +49,7 @@ class RunSettings:
     gpu_backend: str | None = None
     write_outputs: bool = True
     wait_for_workers: float = 30.0
+    on_loop_progress: Callable[[str, int, int], None] | None = None  # (loop, steps done, steps) per window
 
 
 @dataclass(frozen=True)
