@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Final, Literal, NoReturn
 
@@ -49,6 +49,8 @@ class DeviceSpec:
     task: int | None = None
     device_type: str | None = None
     device_index: DeviceIndex | None = None
+    # the canonical string, rendered on first use: planners ask for it 100k times
+    _text: str | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if self.job is not None and not (type(self.job) is str and _JOB_RE.fullmatch(self.job)):
@@ -77,16 +79,11 @@ class DeviceSpec:
 
     def to_string(self) -> str:
         """Canonical long form of the set fields: ``/job:ps/task:1/device:GPU:0``."""
-        out = ""
-        if self.job is not None:
-            out += f"/job:{self.job}"
-        if self.replica is not None:
-            out += f"/replica:{self.replica}"
-        if self.task is not None:
-            out += f"/task:{self.task}"
-        if self.device_type is not None:
-            out += f"/device:{self.short()}"
-        return out
+        text = self._text
+        if text is None:
+            text = _render(self)
+            object.__setattr__(self, "_text", text)
+        return text
 
     __str__ = to_string
 
@@ -225,3 +222,16 @@ def _parse(text: str) -> DeviceSpec:
         if values:
             found["device_index"] = ANY if values[0] == ANY else count("device index", values[0], " or '*'")
     return DeviceSpec(**found)  # type: ignore[arg-type]
+
+
+def _render(spec: DeviceSpec) -> str:
+    out = ""
+    if spec.job is not None:
+        out += f"/job:{spec.job}"
+    if spec.replica is not None:
+        out += f"/replica:{spec.replica}"
+    if spec.task is not None:
+        out += f"/task:{spec.task}"
+    if spec.device_type is not None:
+        out += f"/device:{spec.short()}"
+    return out
