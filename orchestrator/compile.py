@@ -17,7 +17,9 @@ or drop their annotations (dask#7036).
   twice, and the copy to a GPU happens once.
 * A control edge (``after``) depends on a ``done`` token task that runs on the
   producer's device and returns ``None``: no array moves.
-* A multi-output op returns a tuple; ``NAME:i`` is a getitem task beside it.
+* A multi-output op returns a tuple; a reader on the same device takes
+  ``NAME:i`` from it in place, and only for another device is output i cut
+  out by a getitem task beside it, so only that output crosses.
 
 Keys start with the op's name (``towers/1/c-<token>``), so the dashboard's
 task stream groups them by op.
@@ -50,10 +52,12 @@ def _short(device: DeviceSpec) -> str:
 
 @dataclass(frozen=True)
 class Located:
-    """A value already placed: its Dask key and the device holding it."""
+    """A value already placed: its Dask key, the device holding it, and for output i of a
+    multi-output op, ``index`` i (the key then holds the whole tuple)."""
 
     key: str
     device: DeviceSpec
+    index: int | None = None
 
 
 @dataclass(frozen=True)
@@ -101,35 +105,44 @@ class GraphBuilder:
         self.retries[key] = n_retries
         self.owner[key] = op
 
-    def item(self, base: Located, ref: OpRef, suffix: str) -> Located:
-        """Output ``ref.output`` of a multi-output op: a getitem task beside it."""
-        from dask.task_spec import Task, TaskRef
-
+    def item(self, base: Located, ref: OpRef, suffix: str = "") -> Located:
+        """Output ``ref.output`` of a multi-output op: read in place by readers on its device."""
         if ref.output is None or self.spec.op(ref.op).outputs == 1:
             return base
-        key = f"{ref.op}:{ref.output}{suffix}"
-        if key not in self.tasks:
-            self.add(key, Task(key, operator.getitem, TaskRef(base.key), ref.output), base.device, ref.op, 0)
-        return Located(key, base.device)
+        return Located(base.key, base.device, ref.output)
 
-    def arrive(self, value: Located, ref: OpRef, consumer: DeviceSpec, n_retries: int) -> str:
-        """The key to read ``value`` from on ``consumer``: moved there once, then reused."""
+    def materialize(self, value: Located, ref: OpRef) -> Located:
+        """One output of a tuple as a key of its own (a getitem beside it): what leaves the device."""
         from dask.task_spec import Task, TaskRef
 
-        if value.device == consumer or consumer.device_index == ANY:
-            return value.key
+        if value.index is None:
+            return value
+        key = f"{value.key}[{value.index}]"
+        if key not in self.tasks:
+            self.add(key, Task(key, operator.getitem, TaskRef(value.key), value.index), value.device, ref.op, 0)
+        return Located(key, value.device)
+
+    def arrive(self, value: Located, ref: OpRef, consumer: DeviceSpec, n_retries: int) -> tuple[str, int | None]:
+        """(key, index) to read ``value`` from on ``consumer``: moved there once, then reused."""
+        from dask.task_spec import Task, TaskRef
+
+        if value.device == consumer:
+            return value.key, value.index  # same worker: index the tuple in place, no task
+        value = self.materialize(value, ref)  # only the output needed crosses
+        if consumer.device_index == ANY:
+            return value.key, None
         pair = (value.key, consumer.to_string())
         self.crossings.add(pair)
         if self.readers.get((str(ref), pair[1]), 0) <= 1 and value.key not in self.shared:
             # one reader there: Dask fetches it once as that task's dependency; no extra task
-            return value.key
+            return value.key, None
         if pair not in self.moves:
             key = f"move({ref}@{_short(consumer)}){self.suffix}-{len(self.moves)}"
             self.add(key, Task(key, move, str(ref), consumer.to_string(), self.token, TaskRef(value.key)),
                      consumer, ref.op, n_retries)
             self.moves[pair] = key
             self.new_moves[pair] = key
-        return self.moves[pair]
+        return self.moves[pair], None
 
     def add_op(self, op_name: str, resolve: Resolve, step: int = 0, suffix: str | None = None) -> Located:
         from dask.task_spec import Task, TaskRef
@@ -138,7 +151,9 @@ class GraphBuilder:
         spec, placement = self.spec, self.plan.placement(op_name)
         op, device = spec.op(op_name), placement.device
         n_retries = op.retries or spec.run.retries
-        args = [TaskRef(self.arrive(resolve(ref), ref, device, n_retries)) for ref in op.inputs]
+        arrivals = [self.arrive(resolve(ref), ref, device, n_retries) for ref in op.inputs]
+        args = [TaskRef(key) for key, _ in arrivals]
+        indices = tuple(index for _, index in arrivals)
         for name in op.after:
             producer = resolve(OpRef(name))
             done_key = f"done({name}){suffix}"
@@ -153,7 +168,8 @@ class GraphBuilder:
             name=op.name, kind=op.kind, tf_name=definition.tf_name if definition else op.kind,
             device=device.to_string(), params=params, n_inputs=len(op.inputs), input_keys=op.input_keys,
             timeout=op.timeout if op.timeout is not None else spec.run.timeout, log=spec.placement.log,
-            base_dir=self.base_dir, step=step, outputs=op.outputs, run=self.token)
+            base_dir=self.base_dir, step=step, outputs=op.outputs, run=self.token,
+            input_index=indices if any(i is not None for i in indices) else ())
         key = f"{op.name}{suffix}"
         self.add(key, Task(key, run_op, payload, *args), device, op.name, n_retries)
         return Located(key, device)
@@ -161,6 +177,7 @@ class GraphBuilder:
     def to_host(self, value: Located, ref: OpRef) -> str:
         from dask.task_spec import Task, TaskRef
 
+        value = self.materialize(value, ref)
         key = f"host({ref}){self.suffix}"
         if key not in self.tasks:
             self.add(key, Task(key, to_host, TaskRef(value.key)), value.device, ref.op, 0)
@@ -194,7 +211,7 @@ def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool
     def resolve(ref: OpRef) -> Located:
         text = str(ref)
         if text not in values:
-            values[text] = builder.item(values[ref.op], ref, builder.suffix)
+            values[text] = builder.item(values[ref.op], ref)
         return values[text]
 
     chosen = set(only) if only is not None else None
@@ -210,7 +227,7 @@ def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool
         if ref.op not in values:
             continue
         located = resolve(ref)
-        output_keys[text] = builder.to_host(located, ref) if host_outputs else located.key
+        output_keys[text] = builder.to_host(located, ref) if host_outputs else builder.materialize(located, ref).key
 
     # Ops nothing reads and no output names still run (a save, a side effect): the runner
     # waits for them without fetching their values.

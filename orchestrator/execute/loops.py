@@ -123,10 +123,10 @@ def _run_loop(runner: "Runner", client: Any, loop: Loop, known: dict[str, Locate
             suffix = f"-{runner.token}-{step}"
             values: dict[str, Located] = {}
 
-            def resolve(ref: OpRef, values: dict[str, Located] = values, suffix: str = suffix) -> Located:
+            def resolve(ref: OpRef, values: dict[str, Located] = values) -> Located:
                 if ref.op in body:
-                    return builder.item(values[ref.op], ref, suffix)
-                return _lookup(known, ref, builder, suffix)
+                    return builder.item(values[ref.op], ref)
+                return _lookup(known, ref, builder)
 
             for name in order:
                 var = state_of.get(name)
@@ -136,7 +136,7 @@ def _run_loop(runner: "Runner", client: Any, loop: Loop, known: dict[str, Locate
                     continue
                 values[name] = builder.add_op(name, resolve, step=step, suffix=suffix)
             carried = {var.name: resolve(var.update) for var in loop.state}
-            metric_keys.append([resolve(ref).key for _, ref in loop.metrics])
+            metric_keys.append([builder.materialize(resolve(ref), ref).key for _, ref in loop.metrics])
             sink_keys += [values[n].key for n in body_sinks]
         compiled = builder.build({}, {})
         persistent = {pair: key for pair, key in compiled.moves.items() if pair[0] in outer_keys}
@@ -185,13 +185,13 @@ def _collect(runner: "Runner", client: Any, loop: Loop, series: dict[str, list[A
         runner.settings.on_loop_progress(loop.name, last_step, loop.steps)
 
 
-def _lookup(known: dict[str, Located], ref: OpRef, builder: GraphBuilder | None = None, suffix: str = "") -> Located:
+def _lookup(known: dict[str, Located], ref: OpRef, builder: GraphBuilder | None = None) -> Located:
     text = str(ref)
     if text in known:
         return known[text]
-    if builder is None:
+    if builder is None or ref.op not in known:
         raise RunError(f"value '{text}' is not available to the loop")
-    return builder.item(known[ref.op], ref, suffix)
+    return builder.item(known[ref.op], ref)
 
 
 def _outputs(runner: "Runner", client: Any, known: dict[str, Located], held: dict[str, Any],
@@ -204,12 +204,15 @@ def _outputs(runner: "Runner", client: Any, known: dict[str, Located], held: dic
         if text in client_values:
             continue
         from_cluster[text] = _lookup(known, out.ref)
-    if runner.backend == "cupy" and from_cluster:
+    if from_cluster and (runner.backend == "cupy" or any(v.index is not None for v in from_cluster.values())):
+        # a last small graph: outputs of tuples cut out, device arrays copied to the host
         builder = GraphBuilder(runner.plan, runner.token, runner.base_dir, suffix=f"-{runner.token}-out")
         for text, located in from_cluster.items():
-            wanted[text] = builder.to_host(located, OpRef.parse(text))
+            ref = OpRef.parse(text)
+            wanted[text] = builder.to_host(located, ref) if runner.backend == "cupy" \
+                else builder.materialize(located, ref).key
         compiled = builder.build({}, wanted)
-        futures = runner.submit(client, compiled, list(wanted.values()))
+        futures = {**held, **runner.submit(client, compiled, list(wanted.values()))}
     else:
         wanted = {text: located.key for text, located in from_cluster.items()}
         futures = held

@@ -51,6 +51,7 @@ class OpTask:
     step: int = 0
     outputs: int = 1
     run: str = ""  # the run token: events of other runs on a kept-alive cluster are ignored
+    input_index: tuple[int | None, ...] = ()  # per input: which output of a tuple it reads, in place
 
 
 @dataclass
@@ -132,7 +133,10 @@ def run_op(task: OpTask, *args: Any) -> Any:
     worker, runtime = _runtime()
     start = time.time()
     try:
-        inputs = tuple(runtime.backend.adopt(x, task.name) for x in args[: task.n_inputs])
+        raw = args[: task.n_inputs]
+        if task.input_index:
+            raw = tuple(x if i is None else x[i] for x, i in zip(raw, task.input_index))
+        inputs = tuple(runtime.backend.adopt(x, task.name) for x in raw)
         value = runtime.backend.execute(task.name, lambda: _with_timeout(task, runtime, inputs))
     except Exception as exc:
         runtime.record(task.run, task.name, "failed", str(worker.name), start, 0.0, 0,
