@@ -80,6 +80,7 @@ def test_sweep_selects_the_best_ridge_model(tmp_path: Path) -> None:
     assert len({ran[f"ridge/{i}/w"] for i in range(4)}) == 4  # one model per GPU
 
 
+@pytest.mark.timeout(900)  # ~2 minutes on an idle 2-core machine; more when it is shared
 def test_polyfit_data_parallel_adam(tmp_path: Path) -> None:
     """2000 steps, two GPUs of 50 fresh samples each, gradients averaged on the ps task, Adam."""
     shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("results"))
