@@ -72,14 +72,57 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long to wait for the devices of a remote cluster (default 30)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar (default: on a terminal)")
+    _add_tls_flags(p)
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_run)
+
+    p = sub.add_parser("worker", help="start the Dask workers of one task of a spec on this machine",
+                       description="Start, on this machine, one Dask worker process per device of one task "
+                                   "(CPU:0 and each GPU or virtual GPU), named by the canonical device string, "
+                                   "with the identity resources, memory limit, threads and visible GPUs the "
+                                   "embedded cluster would give it, connected to a running scheduler. Serves "
+                                   "until Ctrl-C or SIGTERM. See docs/clusters.md.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--job", required=True, metavar="NAME", help="the job of the task (a key of cluster.jobs)")
+    p.add_argument("--task", required=True, type=int, metavar="N", help="the task index within the job")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="the scheduler, e.g. tcp://10.0.0.1:8786 (default: the spec's cluster.scheduler)")
+    p.add_argument("--gpus", metavar="LIST", type=_gpu_list,
+                   help="physical GPUs this task uses on this machine, e.g. 0,1 (overrides gpus/visible_gpus)")
+    p.add_argument("--host", metavar="HOST",
+                   help="address the workers listen on and advertise (default: chosen by Dask)")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="how long to try to reach the scheduler and start the workers (default 30)")
+    p.add_argument("--dask-commands", action="store_true",
+                   help="print the equivalent 'dask worker' command of each device and exit "
+                        "(for dask-jobqueue, dask-kubernetes, dask-cuda)")
+    _add_tls_flags(p)
+    p.add_argument("--debug", action="store_true", help="also show Dask's own log messages")
+    p.set_defaults(handler=cmd_worker)
 
     p = sub.add_parser("schema", help="print the JSON Schema of the spec language",
                        description="Print the JSON Schema (2020-12) of spec files, for editors and CI.")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_schema)
     return parser
+
+
+def _add_tls_flags(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group("TLS", "mutual TLS through Dask's Security; override the spec's cluster.tls "
+                                        "(paths relative to the current directory)")
+    group.add_argument("--tls-ca-file", metavar="PEM", help="CA certificate that signed every certificate")
+    group.add_argument("--tls-cert", metavar="PEM", help="this side's certificate")
+    group.add_argument("--tls-key", metavar="PEM", help="this side's private key")
+
+
+def _gpu_list(text: str) -> tuple[int, ...]:
+    try:
+        gpus = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected GPU indices like 0,1, got '{text}'") from None
+    if any(g < 0 for g in gpus):
+        raise argparse.ArgumentTypeError(f"GPU indices must be non-negative, got '{text}'")
+    return gpus
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
@@ -128,10 +171,48 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     settings = RunSettings(scheduler=args.scheduler, keep_alive=args.keep_alive, output_dir=args.output_dir,
                            report_path=args.report, performance_report=args.performance_report,
                            progress=args.progress, gpu_backend=args.gpu_backend,
-                           wait_for_workers=args.wait_for_workers)
+                           wait_for_workers=args.wait_for_workers, tls_ca_file=args.tls_ca_file,
+                           tls_cert=args.tls_cert, tls_key=args.tls_key)
     result = run_plan(checked.plan, settings, lambda text: (out.write(text + "\n"), out.flush()))
     out.write(report.placement_summary(result.report))
     return EXIT_OK
+
+
+def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
+    from .execute.security import make_security, scheduler_address, tls_files
+    from .execute.worker import dask_worker_commands, select_task, serve_task
+
+    checked = api.check_file(args.file)
+    if checked.errors or checked.spec is None:
+        sys.stderr.write(report.diagnostics_text([(checked.file, checked.diagnostics)]))
+        return EXIT_INVALID
+    for d in checked.warnings:
+        sys.stderr.write(d.render() + "\n")
+    spec = checked.spec
+    selected = select_task(spec.cluster, args.job, args.task, args.gpus)
+    files = tls_files(spec.cluster.tls, spec.document.directory, args.tls_ca_file, args.tls_cert, args.tls_key)
+    address = args.scheduler or spec.cluster.scheduler
+    if address in ("local", "", None):
+        if not args.dask_commands:
+            raise UsageError("orchestrate worker: --scheduler ADDRESS is required "
+                             "(the spec's cluster.scheduler is 'local')")
+        address = "SCHEDULER_ADDRESS"
+    address = scheduler_address(address, files)
+    if args.dask_commands:
+        for command in dask_worker_commands(selected, address, files):
+            out.write(command + "\n")
+        return EXIT_OK
+
+    def echo(text: str) -> None:
+        out.write(text + "\n")
+        out.flush()
+
+    def warn(text: str) -> None:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+    return serve_task(selected, address, host=args.host, security=make_security(files), timeout=args.timeout,
+                      echo=echo, warn=warn, verbose=args.debug)
 
 
 def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:

@@ -8,7 +8,10 @@ dask-cuda rotates it. BLAS/OpenMP threads match the device's threads.
 
 The embedded cluster is a ``SpecCluster`` on 127.0.0.1 built from the spec;
 the scheduler runs in this process, so its settings (no-workers timeout,
-allowed failures) come from the spec's options.
+allowed failures) come from the spec's options. With ``cluster.tls`` (a Dask
+``Security``, see ``security``) the scheduler and every worker speak
+``tls://`` only. ``orchestrate worker`` (``worker``) starts the same workers,
+from the same :func:`worker_options`, for one task on a remote machine.
 """
 
 from __future__ import annotations
@@ -62,10 +65,12 @@ def device_configs(cluster: Cluster, backend: str) -> dict[str, DeviceConfig]:
             for d in cluster.devices}
 
 
-def worker_options(cluster: Cluster, device: Device, host: str = "127.0.0.1") -> dict[str, Any]:
+def worker_options(cluster: Cluster, device: Device, host: str | None = "127.0.0.1",
+                   security: Any = None) -> dict[str, Any]:
+    """Options of the ``Nanny`` standing for ``device`` (host ``None``: Dask picks the interface)."""
     job = cluster.job(device.spec.job)
     assert job is not None
-    return {
+    options: dict[str, Any] = {
         "name": device.name,
         "nthreads": device.threads,
         "resources": worker_resources(device),
@@ -77,6 +82,9 @@ def worker_options(cluster: Cluster, device: Device, host: str = "127.0.0.1") ->
         # real failures reach the user through the client, naming the op
         "silence_logs": logging.CRITICAL,
     }
+    if security is not None:
+        options["security"] = security  # the worker's protocol follows the scheduler's address (tls://)
+    return options
 
 
 def scheduler_config(no_workers_timeout: float, allowed_failures: int) -> dict[str, Any]:
@@ -96,20 +104,25 @@ class EmbeddedCluster:
     dashboard: str | None = ":0"
     host: str = "127.0.0.1"
     devices: tuple[Device, ...] | None = None
+    security: Any = None  # a distributed.Security: TLS everywhere (tls:// addresses)
 
     def start(self) -> Any:
         from distributed import Nanny, Scheduler, SpecCluster
 
         devices = self.devices if self.devices is not None else self.cluster.devices
-        workers = {d.name: {"cls": Nanny, "options": worker_options(self.cluster, d, self.host)} for d in devices}
+        workers = {d.name: {"cls": Nanny, "options": worker_options(self.cluster, d, self.host, self.security)}
+                   for d in devices}
         scheduler_options: dict[str, Any] = {"host": self.host}
+        if self.security is not None:
+            scheduler_options.update(protocol="tls", security=self.security)
         if self.dashboard is None:
-            scheduler_options["dashboard"] = False
+            # no dashboard; Dask still serves /health and /metrics: on a free port, never a taken 8787
+            scheduler_options.update(dashboard=False, dashboard_address=f"{self.host}:0")
         else:
             address = self.dashboard if ":" not in self.dashboard[:1] else f"{self.host}{self.dashboard}"
             scheduler_options["dashboard_address"] = address
         return SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": scheduler_options},
-                           name="orchestrator", silence_logs=40)
+                           name="orchestrator", silence_logs=40, security=self.security)
 
 
 @contextlib.contextmanager

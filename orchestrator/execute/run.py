@@ -49,6 +49,10 @@ class RunSettings:
     gpu_backend: str | None = None
     write_outputs: bool = True
     wait_for_workers: float = 30.0
+    # TLS files (override the spec's cluster.tls field by field; relative to the current directory)
+    tls_ca_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
     on_loop_progress: Callable[[str, int, int], None] | None = None  # (loop, steps done, steps) per window
 
 
@@ -110,29 +114,65 @@ class Runner:
     # ------------------------------------------------------------------ cluster
 
     def connect(self) -> tuple[Any, Any]:
+        """An embedded cluster and its client, or ``(None, client)`` of the remote scheduler."""
         from distributed import Client
 
-        address = self.settings.scheduler or self.spec.cluster.scheduler
+        from .security import scheduler_address, security_for
+
+        s = self.settings
+        security = security_for(self.spec.cluster.tls, self.base_dir, s.tls_ca_file, s.tls_cert, s.tls_key)
+        address = s.scheduler or self.spec.cluster.scheduler
         if address in ("local", "", None):
-            cluster = EmbeddedCluster(self.spec.cluster, self.spec.cluster.dashboard).start()
-            return cluster, Client(cluster, set_as_default=False)
-        return None, Client(address, set_as_default=False, timeout=self.settings.wait_for_workers)
+            cluster = EmbeddedCluster(self.spec.cluster, self.spec.cluster.dashboard, security=security).start()
+            return cluster, Client(cluster, set_as_default=False, security=security)
+        address = scheduler_address(str(address), security)
+        try:
+            client = Client(address, set_as_default=False, timeout=s.wait_for_workers, security=security)
+        except (OSError, TimeoutError) as exc:
+            hint = ("check that the certificates are signed by the scheduler's CA" if security is not None
+                    else "start it with 'dask scheduler', or give the right address")
+            raise RunError(f"cannot connect to the Dask scheduler at {address} within {s.wait_for_workers:g} s: "
+                           f"{type(exc).__name__}: {exc} ({hint})") from None
+        return None, client
 
     def wait_for_devices(self, client: Any) -> None:
-        """Every device the plan pins must be offered by some worker (by identity resource)."""
-        needed = {device_resource(p.device_name) for p in self.plan.placements if p.device.device_index != "*"}
+        """Every device the plan uses must be offered by a worker of that name (by identity resource).
+
+        A pinned op needs the worker offering ``device:<name>``; an op on
+        ``GPU:*`` needs some worker offering ``GPU`` and its task's resource.
+        Waits up to ``wait_for_workers`` seconds, then fails naming what is
+        missing and the ``orchestrate worker`` commands that would start it.
+        """
+        from .cluster import task_resource
+
+        pinned = {p.device_name for p in self.plan.placements if p.device.device_index != "*"}
+        anywhere = {p.device.task_spec() for p in self.plan.placements if p.device.device_index == "*"}
         deadline = time.monotonic() + self.settings.wait_for_workers
         while True:
-            offered = {r for w in client.scheduler_info(n_workers=-1)["workers"].values() for r in w.get("resources", {})}
-            missing = sorted(needed - offered)
+            workers = client.scheduler_info(n_workers=-1)["workers"]
+            by_resource: dict[str, list[Mapping[str, Any]]] = {}
+            for addr, w in workers.items():
+                for r in w.get("resources", {}):
+                    by_resource.setdefault(r, []).append({**w, "address": addr})
+            missing = sorted(d for d in pinned if device_resource(d) not in by_resource)
+            missing += sorted(f"{t.to_string()}/device:GPU:*" for t in anywhere
+                              if not any("GPU" in w.get("resources", {}) for w in by_resource.get(task_resource(t), ())))
             if not missing:
-                return
+                break
             if time.monotonic() > deadline:
-                names = ", ".join(m.removeprefix("device:") for m in missing)
-                raise NoWorkerError(f"no worker offers {len(missing)} device(s) the plan uses: {names} "
-                                    f"(waited {self.settings.wait_for_workers:g} s; start them with "
-                                    "'orchestrate worker SPEC --job NAME --task N --scheduler ADDRESS')")
+                tasks = sorted({(s.job, s.task) for s in (DeviceSpec.parse(m.replace("GPU:*", "GPU:0"))
+                                                          for m in missing)}, key=str)
+                address = self.settings.scheduler or self.spec.cluster.scheduler
+                commands = "; ".join(f"orchestrate worker {self.spec.file} --job {job} --task {task} "
+                                     f"--scheduler {address}" for job, task in tasks)
+                raise NoWorkerError(f"no worker offers {len(missing)} device(s) the plan uses: {', '.join(missing)} "
+                                    f"(waited {self.settings.wait_for_workers:g} s; start them with: {commands})")
             time.sleep(0.1)
+        misnamed = sorted({f"{w.get('name')} at {w.get('address', '?')} offers {d}" for d in pinned
+                           for w in by_resource[device_resource(d)] if str(w.get("name")) != d})
+        if misnamed:
+            raise NoWorkerError("workers must be named by the device they stand for (dask worker --name): "
+                                + "; ".join(misnamed))
 
     # ------------------------------------------------------------------ run
 

@@ -1,0 +1,299 @@
+"""``orchestrate worker``: the device workers of one task of a spec, on this machine.
+
+For the task ``/job:J/replica:0/task:N`` it starts one Nanny-managed Dask
+worker process per device (``CPU:0``, then every GPU or virtual GPU), built
+from the very :func:`~orchestrator.execute.cluster.worker_options` the
+embedded cluster uses: same names (the canonical device strings), identity
+resources, memory limits, threads and ``CUDA_VISIBLE_DEVICES``. ``--gpus``
+replaces the job's physical GPUs on this machine (``visible_gpus``).
+
+Lifecycle: reach the scheduler (or fail after ``timeout`` seconds), wait for
+it to forget workers of the same names (a crashed earlier run of this task),
+start the workers and print one line per device, then serve until SIGINT or
+SIGTERM (closing the workers cleanly, exit 0) or until the workers stop on
+their own (the scheduler closed them or went away: exit 1). The worker
+processes ignore SIGINT (:func:`dask_setup`, a Dask preload): Ctrl-C reaches
+the whole process group, and the launcher closes them. Nothing here calls
+``sys.exit``; :func:`serve_task` returns the exit code.
+
+:func:`dask_worker_commands` prints the equivalent ``dask worker`` command of
+each device, for deployments that start workers themselves (dask-jobqueue,
+dask-kubernetes, dask-cuda's ``dask cuda worker``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import difflib
+import logging
+import shlex
+import signal
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
+
+from ..errors import UsageError
+from ..model import Cluster, Device
+from .cluster import worker_env, worker_options, worker_resources
+
+Echo = Callable[[str], None]
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+@dataclass(frozen=True)
+class TaskWorkers:
+    """The devices of one task, and the cluster as this machine sees it (``--gpus`` applied)."""
+
+    cluster: Cluster
+    job: str
+    task: int
+    devices: tuple[Device, ...]
+
+    @property
+    def task_name(self) -> str:
+        return f"/job:{self.job}/replica:0/task:{self.task}"
+
+
+def select_task(cluster: Cluster, job: str, task: int, gpus: Sequence[int] | None = None) -> TaskWorkers:
+    """The devices of ``/job:job/task:task``; usage errors name what exists.
+
+    ``gpus`` replaces the job's physical GPUs (``CUDA_VISIBLE_DEVICES`` of its GPU
+    workers) on this machine; it must list as many GPUs as the job has per task.
+    """
+    names = [j.name for j in cluster.jobs]
+    spec_job = cluster.job(job)
+    if spec_job is None:
+        close = difflib.get_close_matches(job, names, n=1, cutoff=0.6)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise UsageError(f"orchestrate worker: --job: the spec has no job '{job}' "
+                         f"(jobs: {', '.join(names)}){hint}")
+    if not 0 <= task < spec_job.tasks:
+        valid = "0" if spec_job.tasks == 1 else f"0..{spec_job.tasks - 1}"
+        raise UsageError(f"orchestrate worker: --task: job '{job}' has {spec_job.tasks} task"
+                         f"{'s' if spec_job.tasks != 1 else ''}; --task must be {valid}, got {task}")
+    if gpus is not None:
+        gpus = tuple(gpus)
+        have = len(spec_job.physical_gpus)
+        if len(gpus) != have or len(set(gpus)) != len(gpus):
+            raise UsageError(f"orchestrate worker: --gpus: job '{job}' has {have} physical GPU"
+                             f"{'s' if have != 1 else ''} per task; --gpus must list {have} distinct "
+                             f"GPU{'s' if have != 1 else ''}, got {','.join(map(str, gpus)) or 'none'}")
+        cluster = _with_gpus(cluster, job, gpus)
+    devices = tuple(d for d in cluster.devices if d.spec.job == job and d.spec.task == task)
+    return TaskWorkers(cluster, job, task, devices)
+
+
+def _with_gpus(cluster: Cluster, job: str, gpus: tuple[int, ...]) -> Cluster:
+    old = cluster.job(job)
+    assert old is not None
+    mapping = dict(zip(old.physical_gpus, gpus))
+    jobs = tuple(replace(j, physical_gpus=gpus) if j.name == job else j for j in cluster.jobs)
+    devices = tuple(replace(d, physical_gpu=mapping[d.physical_gpu])
+                    if d.spec.job == job and d.physical_gpu is not None else d for d in cluster.devices)
+    return replace(cluster, jobs=jobs, devices=devices)
+
+
+def device_options(selected: TaskWorkers, host: str | None, security: Any) -> dict[str, dict[str, Any]]:
+    """Nanny options per device name: the embedded cluster's, with this machine's host and TLS."""
+    import dask
+
+    preload = [*(dask.config.get("distributed.worker.preload") or ()), __name__]
+    options = {}
+    for d in selected.devices:
+        opts = worker_options(selected.cluster, d, host, security)
+        opts["preload"] = preload  # dask_setup below, in each worker process
+        options[d.name] = opts
+    return options
+
+
+def dask_setup(worker: Any) -> None:
+    """Preload hook run in each worker process: ignore SIGINT there.
+
+    Ctrl-C in a terminal reaches the whole process group; the launcher then
+    closes every worker cleanly through its Nanny, so the worker processes
+    must not die of the same SIGINT first (tracebacks, restarts).
+    """
+    with contextlib.suppress(ValueError):  # only possible in the main thread
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+# --------------------------------------------------------------------------- the equivalent dask worker
+
+
+def dask_worker_commands(selected: TaskWorkers, scheduler: str, tls: Any = None,
+                         program: str = "dask worker") -> list[str]:
+    """One shell command per device starting the same worker with ``dask worker``.
+
+    ``tls`` is a :class:`~orchestrator.execute.security.TlsFiles` or None.
+    """
+    out = []
+    for d in selected.devices:
+        job = selected.cluster.job(d.spec.job)
+        assert job is not None
+        env = worker_env(d, job.physical_gpus)
+        resources = ",".join(f"{name}={_number(value)}" for name, value in worker_resources(d).items())
+        args = [scheduler, "--name", d.name, "--nthreads", str(d.threads),
+                "--memory-limit", str(job.memory_limit or 0), "--resources", resources, "--no-dashboard"]
+        if tls is not None:
+            args += ["--tls-ca-file", tls.ca_file, "--tls-cert", tls.cert, "--tls-key", tls.key]
+        assignments = [f"{k}={shlex.quote(v) if v else chr(39) * 2}" for k, v in env.items()]
+        out.append(" ".join([*assignments, program, *map(shlex.quote, args)]))
+    return out
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+# --------------------------------------------------------------------------- serving
+
+
+def serve_task(selected: TaskWorkers, scheduler: str, *, host: str | None = None, security: Any = None,
+               timeout: float = 30.0, echo: Echo = print, warn: Echo = print, verbose: bool = False) -> int:
+    """Start the task's device workers and serve until a signal; the exit code (0 after a signal).
+
+    Dask's own logging is silenced (our lines say what happens) unless ``verbose``.
+    """
+    from distributed.utils import silence_logging_cmgr
+
+    if verbose:
+        return asyncio.run(_serve(selected, scheduler, host, security, timeout, echo, warn, logging.INFO))
+    with silence_logging_cmgr(logging.CRITICAL), silence_logging_cmgr(logging.CRITICAL, root="bokeh"):
+        return asyncio.run(_serve(selected, scheduler, host, security, timeout, echo, warn, logging.CRITICAL))
+
+
+async def _serve(selected: TaskWorkers, scheduler: str, host: str | None, security: Any, timeout: float,
+                 echo: Echo, warn: Echo, log_level: int) -> int:
+    connection_args = security.get_connection_args("worker") if security is not None else {}
+    problem = await _check_scheduler(selected, scheduler, connection_args, timeout, echo, security is not None)
+    if problem:
+        warn(f"error: {problem}")
+        return EXIT_FAILED
+    stop = asyncio.Event()
+    received: list[str] = []
+    with _signals_set(stop, received):
+        nannies, problem = await _start(selected, scheduler, host, security, timeout, log_level, stop)
+        if problem:
+            warn(f"error: cannot start the workers of {selected.task_name}: {problem}")
+            return EXIT_FAILED
+        if stop.is_set():  # stopped while starting
+            await _close(nannies, f"signal-{received[0]}")
+            return EXIT_OK
+        for nanny in nannies:
+            echo(f"started {nanny.name} at {nanny.worker_address}")
+        echo(f"serving {len(nannies)} device worker{'s' if len(nannies) != 1 else ''} of {selected.task_name} "
+             f"for {scheduler}; Ctrl-C or SIGTERM stops them")
+        finished = asyncio.ensure_future(asyncio.gather(*(n.finished() for n in nannies)))
+        waiter = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([finished, waiter], return_when=asyncio.FIRST_COMPLETED)
+        if waiter.done():
+            echo(f"stopping the workers of {selected.task_name} ({received[0]})")
+            await _close(nannies, f"signal-{received[0]}")
+            await _cancel(finished)
+            return EXIT_OK
+        await _cancel(waiter)
+        warn(f"error: the workers of {selected.task_name} stopped: the scheduler at {scheduler} closed them "
+             "or went away")
+        return EXIT_FAILED
+
+
+async def _check_scheduler(selected: TaskWorkers, scheduler: str, connection_args: dict[str, Any],
+                           timeout: float, echo: Echo, tls: bool) -> str:
+    """Reach the scheduler and wait until it lists no worker of our names; the problem, or ``""``.
+
+    The scheduler refuses a second worker of a name it knows. After a crash it
+    may list the dead worker for a while (until its connection or heartbeat
+    times out): wait up to ``timeout`` for it to go.
+    """
+    names = {d.name for d in selected.devices}
+    deadline = time.monotonic() + timeout
+    said = False
+    while True:
+        try:
+            workers = await _scheduler_workers(scheduler, connection_args, timeout)
+        except (OSError, TimeoutError) as exc:
+            hint = ("check the certificates: they must be signed by the scheduler's CA" if tls
+                    else "is 'dask scheduler' running there? is the port open?")
+            return (f"cannot reach the Dask scheduler at {scheduler} within {timeout:g} s: "
+                    f"{type(exc).__name__}: {exc} ({hint})")
+        taken = sorted(f"{w.get('name')} (at {addr})" for addr, w in workers.items() if str(w.get("name")) in names)
+        if not taken:
+            return ""
+        if time.monotonic() > deadline:
+            return (f"the scheduler at {scheduler} already has workers named {', '.join(taken)}: is "
+                    f"{selected.task_name} already running elsewhere? (waited {timeout:g} s for them to leave)")
+        if not said:
+            echo(f"waiting up to {timeout:g} s for the scheduler to release {', '.join(taken)}")
+            said = True
+        await asyncio.sleep(0.5)
+
+
+async def _start(selected: TaskWorkers, scheduler: str, host: str | None, security: Any, timeout: float,
+                 log_level: int, stop: asyncio.Event) -> tuple[list[Any], str]:
+    """Start one Nanny per device; (nannies, problem). Returns early, all closed, if ``stop`` is set."""
+    from distributed import Nanny
+
+    window = timeout + 30  # starting worker processes on a loaded machine takes a while
+    options = device_options(selected, host, security)
+    nannies = [Nanny(scheduler, death_timeout=window, **{**opts, "silence_logs": log_level})
+               for opts in options.values()]
+    started = asyncio.ensure_future(asyncio.gather(*nannies))
+    waiter = asyncio.ensure_future(stop.wait())
+    try:
+        done, _ = await asyncio.wait([started, waiter], timeout=window, return_when=asyncio.FIRST_COMPLETED)
+        if started in done:
+            started.result()
+        elif waiter not in done:
+            raise TimeoutError(f"the workers did not start within {window:g} s")
+    except Exception as exc:  # whatever kept a worker from starting: report it, stop the others
+        await _cancel(started)
+        await _close(nannies, "start-failed")
+        return nannies, f"{type(exc).__name__}: {exc} (run with --debug to see Dask's log)"
+    finally:
+        await _cancel(waiter)
+    if not started.done():
+        await _cancel(started)
+    return nannies, ""
+
+
+async def _scheduler_workers(scheduler: str, connection_args: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """The scheduler's workers (address -> identity); raises OSError/TimeoutError when unreachable."""
+    from distributed.core import rpc
+
+    async with rpc(scheduler, timeout=timeout, connection_args=connection_args) as remote:
+        info = await remote.identity()
+    return dict(info.get("workers", {}))
+
+
+async def _cancel(future: asyncio.Future[Any]) -> None:
+    """Cancel ``future`` and collect its outcome (no 'exception was never retrieved' on exit)."""
+    future.cancel()
+    with contextlib.suppress(BaseException):
+        await future
+
+
+async def _close(nannies: Sequence[Any], reason: str) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.gather(*(n.close(timeout=10, reason=reason) for n in nannies), return_exceptions=True)
+
+
+@contextlib.contextmanager
+def _signals_set(stop: asyncio.Event, received: list[str]) -> Any:
+    """SIGINT and SIGTERM set ``stop`` (only possible in the main thread; elsewhere nothing is installed)."""
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        def handler(sig: signal.Signals = sig) -> None:
+            received.append(sig.name)
+            stop.set()
+        try:
+            loop.add_signal_handler(sig, handler)
+            installed.append(sig)
+        except (ValueError, RuntimeError, NotImplementedError):
+            pass
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
