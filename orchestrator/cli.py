@@ -132,13 +132,21 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK if all(r.ok(args.strict) for r in results) else EXIT_INVALID
 
 
-def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
-    checked = api.check_file(args.file)
+def _checked(path: str) -> api.Checked | None:
+    """Check a spec for plan/run/worker: diagnostics to stderr; ``None`` when it has errors."""
+    checked = api.check_file(path)
     if checked.errors or checked.plan is None:
         sys.stderr.write(report.diagnostics_text([(checked.file, checked.diagnostics)]))
-        return EXIT_INVALID
+        return None
     for d in checked.warnings:
         sys.stderr.write(d.render() + "\n")
+    return checked
+
+
+def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
+    checked = _checked(args.file)
+    if checked is None:
+        return EXIT_INVALID
     if args.dot:
         _write_dot(args.dot, report.plan_dot(checked.plan))
     out.write(report.PLAN_FORMATS[args.format](checked.plan))
@@ -162,12 +170,9 @@ def _write_dot(target: str, dot_source: str) -> None:
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from .execute.run import RunSettings, run_plan
 
-    checked = api.check_file(args.file)
-    if checked.errors or checked.plan is None:
-        sys.stderr.write(report.diagnostics_text([(checked.file, checked.diagnostics)]))
+    checked = _checked(args.file)
+    if checked is None:
         return EXIT_INVALID
-    for d in checked.warnings:
-        sys.stderr.write(d.render() + "\n")
     settings = RunSettings(scheduler=args.scheduler, keep_alive=args.keep_alive, output_dir=args.output_dir,
                            report_path=args.report, performance_report=args.performance_report,
                            progress=args.progress, gpu_backend=args.gpu_backend,
@@ -182,12 +187,9 @@ def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
     from .execute.security import make_security, scheduler_address, tls_files
     from .execute.worker import dask_worker_commands, select_task, serve_task
 
-    checked = api.check_file(args.file)
-    if checked.errors or checked.spec is None:
-        sys.stderr.write(report.diagnostics_text([(checked.file, checked.diagnostics)]))
+    checked = _checked(args.file)
+    if checked is None:
         return EXIT_INVALID
-    for d in checked.warnings:
-        sys.stderr.write(d.render() + "\n")
     spec = checked.spec
     selected = select_task(spec.cluster, args.job, args.task, args.gpus)
     files = tls_files(spec.cluster.tls, spec.document.directory, args.tls_ca_file, args.tls_cert, args.tls_key)

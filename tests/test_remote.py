@@ -271,14 +271,18 @@ def test_missing_task_fails_then_a_restarted_task_keeps_its_ops(remote: Remote, 
     wait_started(new, 3)
     after = scheduler_workers(remote.address)[gpu1]["address"]
     assert after != before
-    # the scheduler handed the restarted worker the device runtime the first run registered
+    # a run removes its device runtime plugin when it ends, so none pile up on the scheduler
     with Client(remote.address, timeout=20, set_as_default=False) as client:
-        backend = client.run(lambda dask_worker: dask_worker.orchestrator_runtime.backend.name, workers=[after])
-    assert backend == {after: "simulated"}
+        plugins = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.worker_plugins))
+    assert not [p for p in plugins if p.startswith("orchestrator-")], plugins
 
     second = run_file(ROUND_ROBIN, scheduler=remote.address, echo=quiet, write_outputs=False)
     assert {e["name"]: e["worker"] for e in second.report["ops"]} == EXPECTED_PLACEMENT
     assert float(second.values["p2"]) == 9.0
+    # the restarted worker (new address, same name) received the second run's device runtime
+    with Client(remote.address, timeout=20, set_as_default=False) as client:
+        backend = client.run(lambda dask_worker: dask_worker.orchestrator_runtime.backend.name, workers=[after])
+    assert backend == {after: "simulated"}
 
 
 def test_signals_stop_orchestrate_worker_cleanly(remote: Remote) -> None:

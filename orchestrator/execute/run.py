@@ -16,6 +16,7 @@ nothing between runs; ``--keep-alive`` only leaves the cluster up.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -67,25 +68,42 @@ class RunResult:
     written: tuple[str, ...] = ()
 
 
-def choose_backend(plan: Plan, requested: str) -> tuple[str, str]:
-    """(backend, why). auto: cupy when CUDA shows enough GPUs, else simulated."""
+def choose_backend(plan: Plan, requested: str, visible: Callable[[], int]) -> tuple[str, str]:
+    """(backend, why). auto: cupy when the GPU workers' machines show enough CUDA GPUs, else simulated.
+
+    ``visible`` counts the CUDA GPUs where the GPU workers run (this machine for
+    the embedded cluster, the workers themselves for a remote one).
+    """
     gpus = {d.physical_gpu for d in plan.spec.cluster.devices if d.is_gpu}
     if not gpus:
         return "simulated", "no GPUs in the spec"
     if requested == "simulated":
         return "simulated", "gpu_backend: simulated"
-    from .cupy_backend import cuda_device_count
-
-    visible = cuda_device_count()
+    count = visible()
     needed = max(g for g in gpus if g is not None) + 1
     if requested == "cupy":
-        if visible < needed:
-            raise RunError(f"gpu_backend: cupy needs {needed} CUDA GPU(s); {visible} visible "
+        if count < needed:
+            raise RunError(f"gpu_backend: cupy needs {needed} CUDA GPU(s); {count} visible "
                            "(install orchestrator[gpu] on a CUDA machine, or use gpu_backend: simulated)")
         return "cupy", "gpu_backend: cupy"
-    if visible >= needed:
-        return "cupy", f"{visible} CUDA GPU(s) visible"
-    return "simulated", f"{visible} CUDA GPU(s) visible, {needed} needed"
+    if count >= needed:
+        return "cupy", f"{count} CUDA GPU(s) visible"
+    return "simulated", f"{count} CUDA GPU(s) visible, {needed} needed"
+
+
+def _remote_cuda_count(client: Any) -> Callable[[], int]:
+    """The fewest CUDA GPUs any GPU worker of a remote cluster can see (its own first)."""
+    def count() -> int:
+        from .cupy_backend import cuda_device_count
+
+        gpu_workers = [addr for addr, w in client.scheduler_info(n_workers=-1)["workers"].items()
+                       if "GPU" in w.get("resources", {})]
+        if not gpu_workers:
+            return 0
+        counts = client.run(cuda_device_count, workers=gpu_workers)
+        # each worker sees its task's GPUs (its own first); enough if each sees as many as the task uses
+        return min(counts.values())
+    return count
 
 
 def resolve_output(target: str, base: str, allow_outside: bool) -> str:
@@ -105,7 +123,7 @@ class Runner:
         self.base_dir = os.path.abspath(self.spec.document.directory)
         out_dir = settings.output_dir or self.spec.run.output_dir or "."
         self.output_dir = os.path.normpath(os.path.join(self.base_dir, out_dir))
-        self.backend, self.backend_why = choose_backend(plan, settings.gpu_backend or self.spec.cluster.gpu_backend)
+        self.backend, self.backend_why = "simulated", ""  # chosen once connected: see run()
         self.key_owner: dict[str, str] = {}
         self.not_run: dict[str, str] = {}  # ops the driver resolved itself (loop exports), and why
         self.task_count = 0
@@ -178,11 +196,22 @@ class Runner:
 
     def run(self) -> RunResult:
         retries = max([op.retries for op in self.spec.ops] + [self.spec.run.retries])
-        settings = scheduler_config(self.spec.run.no_workers_timeout, retries)
+        # Missing devices are caught before submission (wait_for_devices); this timeout is for a
+        # worker lost mid-run. With retries, give its nanny time to bring it back under its name.
+        no_workers = self.spec.run.no_workers_timeout if retries == 0 else max(self.spec.run.no_workers_timeout, 60.0)
+        settings = scheduler_config(no_workers, retries)
         with dask_settings(settings):
+            from .cupy_backend import cuda_device_count
+
+            requested = self.settings.gpu_backend or self.spec.cluster.gpu_backend
             cluster, client = self.connect()
+            plugin = f"orchestrator-{self.token}"
+            registered = False
             try:
-                link = client.dashboard_link if cluster is not None or self.spec.cluster.dashboard else None
+                # CUDA is counted where the GPU workers run: here for the embedded cluster, on them otherwise
+                visible = cuda_device_count if cluster is not None else _remote_cuda_count(client)
+                self.backend, self.backend_why = choose_backend(self.plan, requested, visible)
+                link = client.dashboard_link if "dashboard" in client.scheduler_info().get("services", {}) else None
                 self.echo(f"running '{self.spec.name}' on {'an embedded' if cluster else 'a remote'} Dask cluster "
                           f"({len(self.spec.cluster.devices)} devices, GPU backend: {self.backend}"
                           f"{' — simulated GPUs' if self.backend == 'simulated' and self._has_gpus() else ''}; "
@@ -191,12 +220,17 @@ class Runner:
                     self.echo(f"dashboard: {link}")
                 self.wait_for_devices(client)
                 client.register_plugin(DeviceRuntimePlugin(device_configs(self.spec.cluster, self.backend)),
-                                       name=f"orchestrator-{self.token}")
+                                       name=plugin)
+                registered = True
                 return self._run_on(client, link)
             finally:
                 if self.settings.keep_alive and cluster is not None:
                     self.echo("cluster kept alive (--keep-alive); press Ctrl-C to stop it")
                     _wait_forever()
+                if registered and cluster is None:
+                    # a long-lived remote scheduler must not collect one plugin per run
+                    with contextlib.suppress(Exception):
+                        client.unregister_worker_plugin(plugin)
                 client.close()
                 if cluster is not None:
                     cluster.close()
