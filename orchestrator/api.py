@@ -17,6 +17,7 @@ from .errors import Diagnostic, SpecError
 from .load import load_file
 from .memory import plan_memory
 from .model import Plan, Spec
+from .perf import paused_gc
 from .place import place
 from .validate import validate
 
@@ -48,16 +49,17 @@ class Checked:
 def check_file(path: str | os.PathLike[str], display_name: str | None = None) -> Checked:
     """Load, validate, place and plan memory; collect every diagnostic on the way."""
     name = display_name or os.fspath(path)
-    try:
-        doc = load_file(path, name)
-    except SpecError as exc:
-        return Checked(name, exc.diagnostics)
-    spec, diagnostics = validate(doc)
-    if spec is None:
-        return Checked(name, tuple(diagnostics))
-    plan = place(spec)
-    if not any(d.is_error for d in plan.diagnostics):
-        plan = plan_memory(plan)
+    with paused_gc():
+        try:
+            doc = load_file(path, name)
+        except SpecError as exc:
+            return Checked(name, exc.diagnostics)
+        spec, diagnostics = validate(doc)
+        if spec is None:
+            return Checked(name, tuple(diagnostics))
+        plan = place(spec)
+        if not any(d.is_error for d in plan.diagnostics):
+            plan = plan_memory(plan)
     all_diags = tuple(sorted([*diagnostics, *plan.diagnostics], key=lambda d: (not d.is_error, d.line, d.column)))
     return Checked(name, all_diags, spec, plan)
 

@@ -31,6 +31,7 @@ from ..compile import CompiledGraph, compile_plan
 from ..devices import DeviceSpec
 from ..errors import NoWorkerError, OrchestratorError, PlacementMismatch, RunError
 from ..model import Plan
+from ..perf import paused_gc
 from .cluster import EmbeddedCluster, dask_settings, device_configs, device_resource, scheduler_config
 from .runtime import LOG_TOPIC, DeviceRuntimePlugin, drain_records
 
@@ -252,8 +253,9 @@ class Runner:
 
                 values = run_staged(self, client)
             else:
-                compiled = compile_plan(self.plan, self.token, self.base_dir, host_outputs=self.backend == "cupy",
-                                        out_dir=self.output_dir)
+                with paused_gc():
+                    compiled = compile_plan(self.plan, self.token, self.base_dir,
+                                            host_outputs=self.backend == "cupy", out_dir=self.output_dir)
                 futures = self.submit(client, compiled, list(compiled.output_keys.values()), progress=True)
                 values = self.gather_outputs(client, compiled.output_keys, futures, compiled.sink_keys)
         elapsed = time.time() - started
