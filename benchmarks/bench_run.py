@@ -1,9 +1,17 @@
 """B1: run overhead. `orchestrate run` of N tiny ops ÷ the same graph hand-written in Dask.
 
-Both run on the same embedded cluster (one worker per device, started once),
-in one process, with the same per-key resource restrictions. The orchestrator
-side is everything after the plan: compile, submit, gather, verify placement.
-The hand-written side builds its graph and submits it. Goal: ratio <= 1.05.
+Both run on the same embedded cluster (one worker per device, started once for
+every size), in one process, with the same per-key resource restrictions, and
+both start from a scheduler address: the orchestrator side is everything after
+the plan (connect a client, register the device runtime, compile, submit,
+wait, drain the workers' records, verify placement); the hand-written side
+connects its own client, builds the same chains as plain Dask tasks with the
+same resources and waits for them. The two alternate (which one goes first
+alternates too); medians. Sizes 100 / 1k / 3k / 10k ops (chains of ``add``)
+give the curve; 1k and 10k are the headline figures. Goal: ratio <= 1.05.
+Beside wall time, the CPU time each side used (this process — client and the
+in-process scheduler — plus the workers) is recorded: on a shared machine it
+moves much less with other processes' load than wall time does.
 """
 
 from __future__ import annotations
@@ -13,29 +21,27 @@ import os
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from specgen import chain_spec, median, write_spec  # noqa: E402
+from specgen import budget_deadline, chain_spec, median, write_spec  # noqa: E402
 
 from orchestrator.api import plan_file  # noqa: E402
 from orchestrator.execute.cluster import EmbeddedCluster  # noqa: E402
 from orchestrator.execute.run import RunSettings, run_plan  # noqa: E402
 
 
-def _ones() -> np.ndarray:
-    return np.ones(4)
+def hand_written(address: str, plan, tag: str) -> float:  # type: ignore[no-untyped-def]
+    """The same chains as plain Dask tasks with the same resources, via a key-callable annotation.
 
-
-def _add(x: np.ndarray, scalar: float) -> np.ndarray:
-    return np.add(x, scalar)
-
-
-def hand_written(client, plan, tag: str) -> float:  # type: ignore[no-untyped-def]
-    """The same chains as plain Dask tasks with the same resources, via a key-callable annotation."""
+    The tasks call NumPy's functions directly (pickled by reference, as the orchestrator's ``run_op`` is):
+    functions defined in this script would be pickled by value into every task and cost the workers more.
+    """
     from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
     from dask.task_spec import Task, TaskRef
+    from distributed import Client, wait
 
     started = time.perf_counter()
     tasks, resources = {}, {}
@@ -43,17 +49,16 @@ def hand_written(client, plan, tag: str) -> float:  # type: ignore[no-untyped-de
         op = plan.spec.op(p.op)
         key = f"{p.op}-{tag}"
         if op.inputs:
-            tasks[key] = Task(key, _add, TaskRef(f"{op.inputs[0].op}-{tag}"), op.params["scalar"])
+            tasks[key] = Task(key, np.add, TaskRef(f"{op.inputs[0].op}-{tag}"), op.params["scalar"])
         else:
-            tasks[key] = Task(key, _ones)
+            tasks[key] = Task(key, np.ones, 4)
         resources[key] = {f"device:{p.device_name}": 1}
     layer = MaterializedLayer(tasks, annotations={"resources": resources.__getitem__})
     graph = HighLevelGraph({tag: layer}, {tag: set()})
     consumed = {r.op for op in plan.spec.ops for r in op.inputs}
     leaves = [f"{p.op}-{tag}" for p in plan.placements if p.op not in consumed]
-    from distributed import wait
-
-    with client.as_current():  # as the runner does for ops nothing reads: wait, do not fetch
+    with Client(address, set_as_default=False) as client, client.as_current():
+        # as the runner does for ops nothing reads: wait, do not fetch
         wait(client.get(graph, leaves, sync=False, optimize_graph=False))
     return time.perf_counter() - started
 
@@ -64,40 +69,104 @@ def orchestrated(address: str, plan) -> float:  # type: ignore[no-untyped-def]
     return time.perf_counter() - started
 
 
-def measure(n_ops: int, repeats: int) -> dict[str, float]:
-    from distributed import Client
+def worker_cpu() -> float:
+    """CPU seconds this worker process has used (run on every worker with ``Client.run``)."""
+    import resource
 
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class CpuMeter:
+    """CPU time used by a side: this process (client and in-process scheduler) and the workers.
+
+    Wall time on a shared 2-core machine moves with other processes' load; CPU time much less, so it
+    says how much work each side does. Read between runs through a client of its own (not timed).
+    """
+
+    def __init__(self, address: str):
+        from distributed import Client
+
+        self.client = Client(address, set_as_default=False)
+
+    def read(self) -> tuple[float, float]:
+        return time.process_time(), sum(self.client.run(worker_cpu).values())
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def measure(address: str, n_ops: int, repeats: int, meter: CpuMeter) -> dict[str, Any]:
     path = write_spec(os.path.join(tempfile.mkdtemp(), f"run{n_ops}.yaml"), chain_spec(n_ops, chains=100))
     plan = plan_file(path)
-    cluster = EmbeddedCluster(plan.spec.cluster, None).start()
-    try:
-        with Client(cluster, set_as_default=False) as client:
-            ours, theirs = [], []
-            orchestrated(cluster.scheduler_address, plan)  # warm up both paths
-            hand_written(client, plan, "warm")
-            for i in range(repeats):
-                ours.append(orchestrated(cluster.scheduler_address, plan))
-                theirs.append(hand_written(client, plan, f"rep{i}"))
-    finally:
-        cluster.close()
-    o, t = median(ours), median(theirs)
-    return {"ops": len(plan.placements), "orchestrator_s": o, "dask_s": t, "ratio": o / t,
-            "orchestrator_ms_per_op": 1000 * o / len(plan.placements), "dask_ms_per_op": 1000 * t / len(plan.placements)}
+    wall: dict[str, list[float]] = {"ours": [], "theirs": []}
+    here: dict[str, list[float]] = {"ours": [], "theirs": []}
+    workers: dict[str, list[float]] = {"ours": [], "theirs": []}
+    sides = {"ours": lambda i: orchestrated(address, plan),
+             "theirs": lambda i: hand_written(address, plan, f"n{n_ops}-rep{i}")}
+    for i in range(repeats):
+        for side in (("ours", "theirs") if i % 2 == 0 else ("theirs", "ours")):
+            cpu0, workers0 = meter.read()
+            wall[side].append(sides[side](i))
+            cpu1, workers1 = meter.read()
+            here[side].append(cpu1 - cpu0)
+            workers[side].append(workers1 - workers0)
+    o, t = median(wall["ours"]), median(wall["theirs"])
+    o_cpu = median([a + b for a, b in zip(here["ours"], workers["ours"])])
+    t_cpu = median([a + b for a, b in zip(here["theirs"], workers["theirs"])])
+    n = len(plan.placements)
+    return {"ops": n, "repeats": repeats, "orchestrator_s": o, "dask_s": t, "ratio": o / t,
+            "orchestrator_ms_per_op": 1000 * o / n, "dask_ms_per_op": 1000 * t / n,
+            "orchestrator_runs": wall["ours"], "dask_runs": wall["theirs"],
+            "cpu": {"orchestrator_s": o_cpu, "dask_s": t_cpu, "ratio": o_cpu / t_cpu,
+                    "orchestrator_client_scheduler_s": median(here["ours"]),
+                    "dask_client_scheduler_s": median(here["theirs"]),
+                    "orchestrator_workers_s": median(workers["ours"]), "dask_workers_s": median(workers["theirs"])}}
 
 
 def main() -> int:
     quick = "--quick" in sys.argv
-    sizes = [(1_000, 3)] if quick else [(1_000, 5), (10_000, 3)]
-    results = {}
-    for n, repeats in sizes:
-        r = measure(n, repeats)
-        results[str(n)] = r
-        print(f"{n:>6} ops: orchestrate run {r['orchestrator_s']:.2f} s ({r['orchestrator_ms_per_op']:.2f} ms/op) | "
-              f"hand-written Dask {r['dask_s']:.2f} s ({r['dask_ms_per_op']:.2f} ms/op) | ratio {r['ratio']:.3f} "
-              f"(goal <= 1.05)")
+    deadline = budget_deadline()
+    # 3k (for the curve only) last: if the time budget runs out, the headline sizes are already written
+    sizes = [(100, 3), (1_000, 3)] if quick else [(100, 7), (1_000, 5), (10_000, 3), (3_000, 3)]
+    warm = plan_file(write_spec(os.path.join(tempfile.mkdtemp(), "warm.yaml"), chain_spec(1_000, chains=100)))
+    cluster = EmbeddedCluster(warm.spec.cluster, None).start()  # every size has the same 2-device cluster
+    results: dict[str, Any] = {}
+    meter = None
+    try:
+        meter = CpuMeter(cluster.scheduler_address)
+        orchestrated(cluster.scheduler_address, warm)  # warm up both paths
+        hand_written(cluster.scheduler_address, warm, "warm")
+        for n, repeats in sizes:
+            if deadline is not None and "1000" in results:
+                # on a busy machine, fewer repeats of the big sizes (estimated from 1k) rather than none
+                per_pair = n / 1000 * (results["1000"]["orchestrator_s"] + results["1000"]["dask_s"]) * 1.2
+                fit = int((deadline - time.perf_counter() - 15) // per_pair)
+                if fit < 1:
+                    print(f"{n:>6} ops: skipped, not enough time left in the budget", flush=True)
+                    continue
+                repeats = min(repeats, fit)
+            r = measure(cluster.scheduler_address, n, repeats, meter)
+            results[str(n)] = r
+            c = r["cpu"]
+            print(f"{n:>6} ops: orchestrate run {r['orchestrator_s']:.2f} s ({r['orchestrator_ms_per_op']:.2f} ms/op) | "
+                  f"hand-written Dask {r['dask_s']:.2f} s ({r['dask_ms_per_op']:.2f} ms/op) | ratio {r['ratio']:.3f} "
+                  f"(goal <= 1.05) [medians of {repeats}]\n"
+                  f"{'':>12}CPU: {c['orchestrator_s']:.2f} s vs {c['dask_s']:.2f} s, ratio {c['ratio']:.3f} "
+                  f"(client+scheduler {c['orchestrator_client_scheduler_s']:.2f} vs {c['dask_client_scheduler_s']:.2f}; "
+                  f"workers {c['orchestrator_workers_s']:.2f} vs {c['dask_workers_s']:.2f})", flush=True)
+            save(results)  # after every size: a run stopped by its time budget keeps what it measured
+    finally:
+        if meter is not None:
+            meter.close()
+        cluster.close()
+    return 0
+
+
+def save(results: dict[str, Any]) -> None:
+    os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
     with open(os.path.join(os.path.dirname(__file__), "results", "run_overhead.json"), "w") as handle:
         json.dump(results, handle, indent=2)
-    return 0
 
 
 if __name__ == "__main__":

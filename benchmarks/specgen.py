@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
+
+# A scheduler started without a dashboard still serves HTTP on the default port 8787 and warns when
+# another cluster holds it; the benchmarks start many clusters, so that warning is noise here.
+warnings.filterwarnings("ignore", message=r"Port \d+ is already in use")
+# Each embedded cluster silences Dask's logs while it lives and restores the previous level when it
+# closes, so with two clusters up the first to close would let the other's shutdown chatter through.
+# (distributed sets its loggers' levels when first imported, so import it before setting ours)
+import distributed  # noqa: E402,F401
+
+logging.getLogger("distributed").setLevel(logging.ERROR)
 
 
 def chain_spec(n_ops: int, chains: int = 100, replicate_every: int = 0, devices: int = 2) -> str:
@@ -44,3 +56,13 @@ def median(values: list[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def budget_deadline(default: float | None = None) -> float | None:
+    """``--budget SECONDS`` (given by run_all.py): when this benchmark must be done, as a perf_counter time."""
+    import sys
+    import time
+
+    if "--budget" in sys.argv:
+        return time.perf_counter() + float(sys.argv[sys.argv.index("--budget") + 1])
+    return None if default is None else time.perf_counter() + default

@@ -38,12 +38,22 @@ from .ops import COMMON_KEYS
 CONSTRUCTS = ("scope", "replicate", "iterate", "sweep")
 COMBINE_KIND = {"add_n": "add_n", "mean": "mean_n", "concat": "concat"}
 
+MAX_EXPANDED_OPS = 1_000_000
+"""Bound on the values a graph expands to (ops, and the outputs of ``split``/``call``).
+
+Constructs multiply: eight nested replicates over ten devices are 10^8 ops
+from a 500-byte file, an expansion bomb like YAML's billion laughs. The size
+is computed from the written graph before anything is expanded, in time
+linear in the file, and a graph over the bound is refused.
+"""
+
 
 @dataclass(frozen=True)
 class Expansion:
     ops: tuple[Op, ...]
     loops: tuple[Loop, ...]
     diagnostics: tuple[Diagnostic, ...]
+    complete: bool = True  # False: the graph was too big to expand, ``ops`` is empty
 
 
 Resolver = Callable[[str], OpRef]
@@ -304,8 +314,98 @@ def _output_count(item: Mapping[str, Any]) -> int:
     return 1
 
 
+class _Sizer:
+    """The number of values each written item expands to (an upper bound), memoised per item."""
+
+    def __init__(self, cluster: Cluster | None):
+        self.cluster = cluster
+        self.sizes: dict[int, int] = {}
+
+    def items(self, items: Sequence[Any]) -> int:
+        total = 0
+        for item in items:  # plain ops inline: specs have 100k of them
+            if "scope" in item or "replicate" in item or "iterate" in item or "sweep" in item:
+                total += self.item(item)
+            else:
+                total += _output_count(item)
+        return total
+
+    def item(self, item: Any) -> int:
+        size = self.sizes.get(id(item))
+        if size is None:
+            size = self.sizes[id(item)] = self._measure(item)
+        return size
+
+    def _measure(self, item: Any) -> int:
+        if "scope" in item:
+            return self.items(item.get("ops") or [])
+        if "replicate" in item:
+            spec = item["replicate"]
+            copies = self.devices(spec.get("devices"))
+            return copies * self.items(spec["body"]) + copies * len(spec.get("split") or {}) + \
+                len(spec.get("combine") or {})
+        if "sweep" in item:
+            spec = item["sweep"]
+            values = len(spec["values"])
+            return values * (self.items(spec["body"]) + 1) + 1 + len(spec["body"])
+        if "iterate" in item:
+            spec = item["iterate"]
+            return self.items(spec["body"]) + 2 * len(spec["state"]) + len(spec.get("metrics") or {})
+        return _output_count(item)
+
+    def devices(self, spec: Any) -> int:
+        if isinstance(spec, list):
+            return len(spec)
+        if self.cluster is None:
+            return 0
+        try:
+            return len(self.cluster.matching(DeviceSpec.parse(str(spec))))
+        except DeviceSpecError:
+            return 0
+
+    @staticmethod
+    def children(item: Any) -> tuple[Sequence[Any], tuple[str, ...]]:
+        for kind in CONSTRUCTS:
+            if kind in item:
+                return (item.get("ops") or [], ("ops",)) if kind == "scope" else (item[kind]["body"], (kind, "body"))
+        return [], ()
+
+
+def _too_big(doc: Document, graph: Sequence[Any], cluster: Cluster | None) -> Diagnostic | None:
+    """A diagnostic at the innermost item that alone expands past the bound; None when the graph fits."""
+    sizer = _Sizer(cluster)
+    total = sizer.items(graph)
+    if total <= MAX_EXPANDED_OPS:
+        return None
+    limit = f"at most {MAX_EXPANDED_OPS:,} are supported"
+    items, items_path, found, path = graph, ("graph",), None, ("graph",)
+    while True:
+        index = next((i for i, item in enumerate(items) if sizer.item(item) > MAX_EXPANDED_OPS), None)
+        if index is None:
+            break
+        found, path = items[index], (*items_path, index)
+        inner, parts = sizer.children(found)
+        items, items_path = inner, (*path, *parts)
+    if found is None:
+        return doc.diagnostic("graph-size", ("graph",), f"the graph expands to {total:,} ops; {limit}",
+                              "split the job into several specs")
+    size = sizer.item(found)
+    kind = next((k for k in CONSTRUCTS if k in found), None)
+    if kind is None:  # one op with too many outputs
+        key = "num" if found.get("op") == "split" else "outputs"
+        return doc.diagnostic("graph-size", (*path, key), f"op '{found['name']}' makes {size:,} outputs; {limit}",
+                              "split into fewer pieces" if key == "num" else "return fewer values")
+    what = "the ops of this scope expand" if kind == "scope" else f"{kind} '{found['name']}' expands"
+    return doc.diagnostic("graph-size", path if kind == "scope" else (*path, kind), f"{what} to {size:,} ops; {limit}",
+                          "constructs multiply their bodies, and nested ones multiply again: "
+                          "use fewer devices or values, or less nesting")
+
+
 def expand(doc: Document, graph: Sequence[Any], cluster: Cluster | None) -> Expansion:
     """Flatten the (schema-valid) graph into plain ops in graph order."""
+    too_big = _too_big(doc, graph, cluster)
+    if too_big is not None:
+        return Expansion((), (), (too_big,), complete=False)
     expander = _Expander(doc, cluster)
     expander.items(graph, ("graph",), "", (), parse_ref, None)
     ops = _prune_unused_picks(expander.ops, expander.pick_candidates, doc)

@@ -208,11 +208,17 @@ def infer_matmul(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
         raise ShapeError(f"matmul shapes {_fmt(a.shape)} and {_fmt(b.shape)} do not match: "
                          f"{a.shape[-1]} != {b.shape[-2 if len(b.shape) > 1 else 0]}",
                          "the last dimension of the first input must equal the first of the second")
+    # NumPy's rules, computed from the shapes alone: running np.matmul on empty
+    # arrays of these shapes would allocate and multiply them (hours for [60000, 60000]).
     try:
-        shape = np.matmul(np.empty(a.shape, dtype="u1"), np.empty(b.shape, dtype="u1")).shape
-    except ValueError as exc:
-        raise ShapeError(f"matmul shapes {_fmt(a.shape)} and {_fmt(b.shape)} do not match: {exc}") from None
-    return (ValueInfo(tuple(shape), dtype),)
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise ShapeError(f"matmul shapes {_fmt(a.shape)} and {_fmt(b.shape)} do not match: batch dimensions "
+                         f"{_fmt(a.shape[:-2])} and {_fmt(b.shape[:-2])} cannot be broadcast together",
+                         "leading (batch) dimensions must be equal or 1") from None
+    rows = a.shape[-2:-1]  # dropped for a 1-D first input
+    cols = b.shape[-1:] if len(b.shape) > 1 else ()
+    return (ValueInfo((*batch, *rows, *cols), dtype),)
 
 
 def infer_add_n(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
@@ -310,7 +316,10 @@ def infer_transpose(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...
     axes = p.get("axes")
     if axes is None:
         return (ValueInfo(tuple(reversed(x.shape)), x.dtype),)
-    if sorted(int(a) % max(len(x.shape), 1) for a in axes) != list(range(len(x.shape))):
+    ndim = len(x.shape)
+    # an axis outside -ndim..ndim-1 is no axis (modulo would let [0, 3] pass for rank 2)
+    if any(not -ndim <= int(a) < ndim for a in axes) or \
+            sorted(int(a) % max(ndim, 1) for a in axes) != list(range(ndim)):
         raise ShapeError(f"axes {list(axes)} are not a permutation of the {len(x.shape)} axes of {_fmt(x.shape)}",
                          f"e.g. axes: {list(reversed(range(len(x.shape))))}", key="axes")
     return (ValueInfo(tuple(x.shape[int(a)] for a in axes), x.dtype),)

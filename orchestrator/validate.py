@@ -33,6 +33,15 @@ from .ops import ShapeError, infer, kernels_of, lookup, user_op_names
 FN_PATTERN = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 OUTPUT_SUFFIXES = (".npy", ".npz", ".csv")
 
+MAX_DEVICES = 10_000
+"""Bound on the devices a cluster may have (one Dask worker each); ``tasks: 10**9`` is a slip."""
+
+_CLUSTER_SIZE_HINT = ("every device, a task's CPU:0 or one of its GPUs, is a Dask worker; "
+                      "check tasks, gpus and virtual_gpus")
+
+MAX_SIZE = 2**63 - 1
+"""The largest memory size (and array size in bytes) anything downstream can hold: NumPy's and Dask's limit."""
+
 
 # --------------------------------------------------------------------------- schema
 
@@ -54,9 +63,13 @@ def _fast_validators() -> tuple[Any, dict[str, Any]]:
     Dispatching items by kind here, as the schema's if/then does, avoids the
     exceptions fastjsonschema raises inside every failed ``if`` — 9 per op.
     """
+    import copy
+
     import fastjsonschema
 
-    full = schema()
+    # fastjsonschema rewrites the $refs of the schema it compiles in place (to absolute URIs):
+    # compile a copy, so that schema() stays the file's schema for every other reader.
+    full = copy.deepcopy(schema())
     defs = full["$defs"]
     top = {**full, "properties": {**full["properties"], "graph": {"type": "array", "minItems": 1}}}
     kinds = {kind: fastjsonschema.compile({"$schema": full["$schema"], "$defs": defs, **defs[kind]})
@@ -284,6 +297,8 @@ class _Checker:
         # Rules already warned about for naming an unknown op type: "matches no
         # op" would only repeat that warning less precisely.
         self.rules_with_unknown_ops: set[int] = set()
+        # Set when the cluster or the graph is too big to build: later checks would take forever.
+        self.too_big = False
 
     def error(self, code: str, path: YamlPath, message: str, hint: str = "", key: bool = False) -> None:
         self.diags.append(self.doc.diagnostic(code, path, message, hint, "error", key))
@@ -300,10 +315,14 @@ class _Checker:
         else:
             try:
                 size = int(parse_bytes(str(value)))
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, OverflowError):  # OverflowError: '1e400' is infinite bytes
                 self.error("size", path, f"cannot read {_show(value)} as a size",
                            "write e.g. 512MB, 2GiB or a number of bytes")
                 return None
+        if size > MAX_SIZE:
+            self.error("size", path, f"{_short(value)} is larger than any memory (8 EiB at most)",
+                       "write e.g. 512MB, 2GiB or a number of bytes")
+            return None
         if size <= 0:
             # Dask reads memory_limit 0 as "no limit"; a user writing 0 or a
             # negative size more likely made a slip, and leaving it out says "no limit".
@@ -324,6 +343,14 @@ class _Checker:
     def cluster(self, data: Mapping[str, Any]) -> Cluster:
         raw_jobs = data.get("jobs") or {"localhost": {}}
         jobs = tuple(self.job(str(name), spec or {}, ("cluster", "jobs", name)) for name, spec in raw_jobs.items())
+        total = sum(job.tasks * (1 + job.logical_gpus) for job in jobs)
+        if self.too_big or total > MAX_DEVICES:
+            if not self.too_big:  # each job is small enough, together they are not
+                self.too_big = True
+                self.error("cluster-size", ("cluster", "jobs"),
+                           f"the cluster would have {total:,} devices; at most {MAX_DEVICES:,} are supported",
+                           _CLUSTER_SIZE_HINT)
+            return Cluster(jobs, (), jobs[0].name)
         devices = tuple(d for job in jobs for d in job_devices(job))
         names = [j.name for j in jobs]
         default_job = names[0] if len(names) == 1 else next(
@@ -344,6 +371,18 @@ class _Checker:
                        f"gpus: {gpus} disagrees with visible_gpus, which lists {len(visible)} "
                        f"GPU{'s' if len(visible) != 1 else ''}",
                        "give one of gpus or visible_gpus; visible_gpus alone implies the count")
+        tasks_count = len(addresses) or int(tasks)
+        devices = tasks_count * (1 + (len(visible) or int(gpus or 0)) * int(spec.get("virtual_gpus", 1)))
+        if devices > MAX_DEVICES:
+            # Refused before any device is made: 'tasks: 1000000000' would take minutes and gigabytes.
+            factors = {"tasks": tasks_count, "gpus": int(gpus or 0), "visible_gpus": len(visible),
+                       "virtual_gpus": int(spec.get("virtual_gpus", 1))}
+            field = max((k for k in factors if k in spec), key=lambda k: factors[k], default="tasks")
+            self.too_big = True
+            self.error("cluster-size", (*path, field),
+                       f"job '{name}' would have {devices:,} devices; at most {MAX_DEVICES:,} are supported",
+                       _CLUSTER_SIZE_HINT)
+            return Job(name, tasks_count, addresses, 1, None, (), 1, GpuMemory(), path)
         physical = visible or tuple(range(int(gpus or 0)))
         mem = spec.get("gpu_memory") or {}
         mpath = (*path, "gpu_memory")
@@ -698,6 +737,7 @@ def _infer_values(c: _Checker, order: Sequence[Op], by_name: Mapping[str, Op]) -
             infos.append(outs[i] if i < len(outs) else unknown)
         try:
             values[op.name] = infer(op.kind, op.params, infos) if lookup(op.kind) else (unknown,)
+            _check_array_size(op, values[op.name])
         except ShapeError as exc:
             message = f"op {_label(op)} ({op.kind}): {exc}"
             if (op.path, str(exc)) not in reported:
@@ -707,9 +747,32 @@ def _infer_values(c: _Checker, order: Sequence[Op], by_name: Mapping[str, Op]) -
                 field = exc.key if exc.key in op.params else "inputs" if op.inputs and exc.key is None else None
                 c.error("shape", (*op.path, field) if field and _written(op) else op.path, message, exc.hint)
             values[op.name] = tuple(unknown for _ in range(op.outputs))
-        except (KeyError, TypeError, ValueError, IndexError):
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError):
             values[op.name] = tuple(unknown for _ in range(op.outputs))
     return values
+
+
+def _check_array_size(op: Op, infos: Sequence[ValueInfo]) -> None:
+    """NumPy (and CuPy) cannot make an array of more than 2^63 - 1 bytes: ``shape: [10**30]`` is a slip."""
+    for info in infos:
+        if info.shape is None:
+            continue
+        size = info.nbytes
+        if size is None:  # dtype unknown: at least one byte per element
+            size = 1
+            for dim in info.shape:
+                size *= dim
+        if size > MAX_SIZE:
+            raise ShapeError(f"its output of shape {_fmt_shape(info.shape)} would be larger than any array can be "
+                             f"(8 EiB at most)", "check the dimensions",
+                             key="shape" if "shape" in op.params else "value" if "value" in op.params else None)
+
+
+def _fmt_shape(shape: tuple[int, ...]) -> str:
+    def dim(d: int) -> str:  # 10**400 has no float: shorten by hand
+        digits = str(d)
+        return digits if len(digits) <= 12 else f"{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
+    return "[" + ", ".join(dim(d) for d in shape) + "]"
 
 
 def _check_devices(c: _Checker, ops: Sequence[Op], cluster: Cluster, placement: PlacementConfig) -> None:
@@ -746,8 +809,8 @@ def _check_kernels(c: _Checker, ops: Sequence[Op]) -> None:
 
 
 def _check_target(c: _Checker, target: str, path: YamlPath, run: RunOptions, what: str,
-                  suffixes: tuple[str, ...] = OUTPUT_SUFFIXES) -> None:
-    """A file the run writes: a known format, inside the output directory unless allowed out."""
+                  suffixes: tuple[str, ...] = OUTPUT_SUFFIXES) -> bool:
+    """A file the run writes: a known format, inside the output directory unless allowed out. True if fine."""
     if not target.endswith(suffixes):
         c.error("output-format", path, f"{what} '{target}' has an unknown format",
                 f"use {', '.join(suffixes)}" + (" or '-' for stdout" if what == "output path" else ""))
@@ -757,24 +820,86 @@ def _check_target(c: _Checker, target: str, path: YamlPath, run: RunOptions, wha
     elif ".." in os.path.normpath(target).split(os.sep) and not run.allow_absolute_paths:
         c.error("output-path", path, f"{what} '{target}' escapes the output directory",
                 "remove '..' or set run.allow_absolute_paths: true")
+    else:
+        return True
+    return False
 
 
-def _outputs(c: _Checker, data: Mapping[str, Any], by_name: Mapping[str, Op], run: RunOptions) -> tuple[Output, ...]:
+def _info(values: Mapping[str, tuple[ValueInfo, ...]], ref: OpRef) -> ValueInfo | None:
+    infos = values.get(ref.op, ())
+    index = ref.output or 0
+    return infos[index] if index < len(infos) else None
+
+
+def _check_csv(c: _Checker, info: ValueInfo | None, path: YamlPath, what: str) -> None:
+    """CSV holds a table: the run would fail after computing everything (np.savetxt takes 1-D or 2-D)."""
+    if info is not None and info.shape is not None and len(info.shape) > 2:
+        c.error("output-format", path, f"{what} shape {_fmt_shape(info.shape)}; a CSV file holds at most 2 dimensions",
+                "write it to .npy, or reshape it to 2 dimensions first")
+
+
+def _outputs(c: _Checker, data: Mapping[str, Any], by_name: Mapping[str, Op], run: RunOptions,
+             values: Mapping[str, tuple[ValueInfo, ...]]) -> tuple[Output, ...]:
     out = []
     names = list(by_name)
     for key, target in (data.get("outputs") or {}).items():
         path = ("outputs", key)
         ref = parse_ref(str(key))
         _check_ref(c, ref, by_name, names, path, f"op '{ref}' named in outputs", key=True)
-        if target != "-":
-            _check_target(c, str(target), path, run, "output path")
+        if target != "-" and _check_target(c, str(target), path, run, "output path") and \
+                str(target).endswith(".csv"):
+            _check_csv(c, _info(values, ref), path, f"output '{ref}' has")
         out.append(Output(ref, str(target), path))
     seen: set[YamlPath] = set()
     for op in by_name.values():
         if op.kind == "save" and "path" in op.params and op.path not in seen:
             seen.add(op.path)  # a save in a replicated body is one line of YAML
-            _check_target(c, str(op.params["path"]), (*op.path, "path"), run, "save path", (".npy", ".csv"))
+            target = str(op.params["path"])
+            if _check_target(c, target, (*op.path, "path"), run, "save path", (".npy", ".csv")) and \
+                    op.params.get("format", "csv" if target.endswith(".csv") else "npy") == "csv" and op.inputs:
+                _check_csv(c, _info(values, op.inputs[0]), (*op.path, "path"), f"op {_label(op)} saves")
     return tuple(out)
+
+
+def _check_name_keys(c: _Checker, data: Mapping[str, Any]) -> None:
+    """Keys that are names (jobs, outputs, state variables, keyword parameters, ...) must be text.
+
+    YAML reads ``1:``, ``null:`` and ``yes:`` as a number, null and a boolean;
+    JSON Schema only ever sees text keys, so it cannot say so. Runs on
+    schema-valid data, visiting only the mappings whose keys are names.
+    """
+    def keys(mapping: Any, path: YamlPath) -> None:
+        if not isinstance(mapping, dict):
+            return
+        for key in mapping:
+            if not isinstance(key, str):
+                kind = "null" if key is None else "a boolean" if isinstance(key, bool) else \
+                    "a number" if isinstance(key, (int, float)) else "not text"
+                hint = f"quote it to make it a name: '{_show(key)}'" + (
+                    "; YAML reads yes, no, on and off as booleans" if isinstance(key, bool) else "")
+                c.error("key-type", (*path, str(key)), f"key {_show(key)} is {kind}; names are text", hint, key=True)
+
+    def items(graph: Sequence[Any], path: YamlPath) -> None:
+        for index, item in enumerate(graph):
+            inputs, params = item.get("inputs"), item.get("params")
+            if type(inputs) is dict:  # a list of inputs has no keys: the common case stays cheap
+                keys(inputs, (*path, index, "inputs"))
+            if params:
+                keys(params, (*path, index, "params"))
+            if "name" in item and "op" in item:
+                continue
+            if "scope" in item:
+                items(item.get("ops") or [], (*path, index, "ops"))
+            for kind in ("replicate", "iterate", "sweep"):
+                if kind in item:
+                    spec = item[kind]
+                    for field in ("split", "combine", "state", "update", "metrics"):
+                        keys(spec.get(field), (*path, index, kind, field))
+                    items(spec.get("body") or [], (*path, index, kind, "body"))
+
+    keys((data.get("cluster") or {}).get("jobs"), ("cluster", "jobs"))
+    keys(data.get("outputs"), ("outputs",))
+    items(data["graph"], ("graph",))
 
 
 # --------------------------------------------------------------------------- entry point
@@ -808,13 +933,20 @@ def validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
         return None, schema_diags
     c = _Checker(doc)
     data = doc.data
+    _check_name_keys(c, data)
+    if c.diags:  # names that are not text: later checks build names by concatenation
+        return None, sorted(c.diags, key=lambda d: (d.line, d.column))
     cluster = c.cluster(data.get("cluster") or {})
     placement = c.placement(data.get("placement") or {}, cluster)
     raw_run = data.get("run") or {}
     run = RunOptions(raw_run.get("output_dir"), bool(raw_run.get("allow_absolute_paths", False)),
                      int(raw_run.get("retries", 0)), raw_run.get("timeout"), float(raw_run.get("no_workers_timeout", 5)))
+    if c.too_big:  # a cluster too big to build: nothing later can be checked against it
+        return None, sorted(c.diags, key=lambda d: (d.severity != "error", d.line, d.column))
     expansion = expand(doc, data["graph"], cluster)
     c.diags.extend(expansion.diagnostics)
+    if not expansion.complete:  # a graph too big to expand: its ops are not all there to check
+        return None, sorted(c.diags, key=lambda d: (d.severity != "error", d.line, d.column))
     by_name = _check_ops(c, expansion.ops)
     # A duplicate is reported once above; the later checks see only the first
     # op of each name (else its inputs would be mixed up with the other's).
@@ -828,7 +960,7 @@ def validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
     values = _infer_values(c, order, by_name) if not cycles else {}
     _check_devices(c, ops, cluster, placement)
     _check_rules(c, ops, placement)
-    outputs = _outputs(c, data, by_name, run)
+    outputs = _outputs(c, data, by_name, run, values)
     diags = sorted(_once_per_copy(c.diags), key=lambda d: (d.severity != "error", d.line, d.column))
     if any(d.is_error for d in diags):
         return None, diags

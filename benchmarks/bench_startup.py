@@ -1,0 +1,102 @@
+"""B5: start-up. The embedded cluster ready ÷ a plain ``LocalCluster`` with as many workers.
+
+"Ready" = from nothing to every worker registered with the scheduler and a
+client connected (``Client(cluster)`` then ``wait_for_workers(n)``). Both
+sides start Nanny-managed worker processes (1 thread each) on 127.0.0.1 with a
+dashboard on a free port, in this one process, alternating (embedded, local,
+embedded, ...), after one untimed warm-up of each; medians of the timed runs.
+Shutdown is timed separately and not part of the ratio. Goal: ratio <= 1.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+sys.path.insert(0, os.path.dirname(__file__))
+from specgen import median, write_spec  # noqa: E402
+
+from orchestrator.api import plan_file  # noqa: E402
+
+SPEC = """\
+version: 1
+name: b5-startup
+cluster:
+  jobs:
+    localhost: {{gpus: {gpus}}}
+graph:
+  - {{name: a, op: ones, shape: [2], device: /cpu:0}}
+"""
+
+
+def embedded_factory(cluster_spec: Any) -> Callable[[], Any]:
+    from orchestrator.execute.cluster import EmbeddedCluster
+
+    return lambda: EmbeddedCluster(cluster_spec).start()  # the default dashboard (":0"), as `orchestrate run`
+
+
+def local_factory(n_workers: int) -> Callable[[], Any]:
+    from distributed import LocalCluster
+
+    return lambda: LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                dashboard_address=":0")
+
+
+def time_once(factory: Callable[[], Any], n_workers: int) -> tuple[float, float]:
+    from distributed import Client
+
+    started = time.perf_counter()
+    cluster = factory()
+    client = Client(cluster, set_as_default=False)
+    client.wait_for_workers(n_workers, timeout=120)
+    ready = time.perf_counter() - started
+    started = time.perf_counter()
+    client.close()
+    cluster.close()
+    return ready, time.perf_counter() - started
+
+
+def measure(gpus: int, repeats: int) -> dict[str, Any]:
+    path = write_spec(os.path.join(tempfile.mkdtemp(), f"startup{gpus}.yaml"), SPEC.format(gpus=gpus))
+    cluster_spec = plan_file(path).spec.cluster
+    n = len(cluster_spec.devices)
+    sides = {"embedded": embedded_factory(cluster_spec), "local": local_factory(n)}
+    for factory in sides.values():  # warm up: imports, first spawn
+        time_once(factory, n)
+    ready: dict[str, list[float]] = {k: [] for k in sides}
+    close: dict[str, list[float]] = {k: [] for k in sides}
+    for i in range(repeats):
+        order = list(sides) if i % 2 == 0 else list(reversed(sides))  # alternate who goes first
+        for name in order:
+            r, c = time_once(sides[name], n)
+            ready[name].append(r)
+            close[name].append(c)
+    e, lc = median(ready["embedded"]), median(ready["local"])
+    return {"workers": n, "embedded_s": e, "local_s": lc, "ratio": e / lc, "embedded_runs": ready["embedded"],
+            "local_runs": ready["local"], "embedded_close_s": median(close["embedded"]),
+            "local_close_s": median(close["local"])}
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv
+    configs = [(2, 3)] if quick else [(2, 5), (4, 5)]  # (GPUs, repeats): 3 and 5 worker processes
+    configs_out: dict[str, Any] = {}
+    for gpus, repeats in configs:
+        r = measure(gpus, repeats)
+        configs_out[str(r["workers"])] = r
+        print(f"{r['workers']} workers: embedded cluster ready in {r['embedded_s']:.2f} s | LocalCluster "
+              f"{r['local_s']:.2f} s | ratio {r['ratio']:.3f} (goal <= 1.1)  [medians of {repeats}; "
+              f"shutdown {r['embedded_close_s']:.2f} / {r['local_close_s']:.2f} s]")
+    results = {"configs": configs_out, "ratio": max(r["ratio"] for r in configs_out.values())}
+    os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
+    with open(os.path.join(os.path.dirname(__file__), "results", "startup.json"), "w") as handle:
+        json.dump(results, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

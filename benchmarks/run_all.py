@@ -1,0 +1,367 @@
+"""Run every benchmark (``make bench``), each in its own process with a time budget.
+
+B1 run overhead, B2 compile speed, B3 transfers, B4 data-parallel scaling,
+B5 start-up, and the client memory of a long loop. Each benchmark prints its
+own figures and writes ``benchmarks/results/<name>.json``; this script then
+writes ``benchmarks/results/summary.json``, draws
+``benchmarks/results/scaling.png`` (B1 vs number of ops, B4 vs devices),
+rewrites the figures table of ``benchmarks/README.md`` and prints it.
+
+The whole run is kept under 13 minutes: a benchmark gets its own budget or
+what is left of the total (less a reserve for those after it), whichever is
+less; one that runs out of time is stopped (its whole process group: clusters
+included) and reported as such, keeping the sizes it had finished (each
+benchmark writes its JSON after every size).
+Because benchmarks measure time, this script also measures how busy the
+machine was with *other* processes while each one ran (CPU time of the whole
+machine minus that of the benchmark's own processes): figures taken on a busy
+2-core machine are pessimistic, and the table says so.
+
+    python benchmarks/run_all.py [--quick] [--only B1,B3]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+README = os.path.join(HERE, "README.md")
+TOTAL_BUDGET = 13 * 60.0  # seconds for all benchmarks; `make bench` (installing included) must take <= 15 minutes
+START, END = "<!-- figures:start -->", "<!-- figures:end -->"
+
+
+@dataclass(frozen=True)
+class Bench:
+    id: str
+    title: str
+    script: str
+    result: str  # file name in results/
+    budget: float  # seconds at most
+    reserve: float  # seconds kept for it while the benchmarks before it run (about its time on an idle machine)
+
+
+BENCHES = (
+    Bench("B1", "run overhead", "bench_run.py", "run_overhead.json", 300, 120),
+    Bench("B2", "compile speed", "bench_compile.py", "compile.json", 200, 70),
+    Bench("B3", "transfers", "bench_transfers.py", "transfers.json", 90, 30),
+    Bench("B4", "data-parallel scaling", "bench_scaling.py", "scaling.json", 160, 70),
+    Bench("B5", "start-up", "bench_startup.py", "startup.json", 130, 60),
+    Bench("L", "loop memory", "bench_loop_memory.py", "loop_memory.json", 120, 70),
+)
+
+
+@dataclass(frozen=True)
+class Figure:
+    bench: str
+    name: str
+    measured: float | None
+    shown: str
+    goal: str
+    met: bool | None
+
+
+# --------------------------------------------------------------------------- running
+
+
+def cpu_jiffies() -> tuple[float, float]:
+    """(busy, total) seconds of CPU over the whole machine since boot, from /proc/stat."""
+    with open("/proc/stat") as handle:
+        fields = [float(x) for x in handle.readline().split()[1:]]
+    ticks = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return (sum(fields) - idle) / ticks, sum(fields) / ticks
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_one(bench: Bench, quick: bool, timeout: float) -> dict[str, Any]:
+    path = os.path.join(RESULTS, bench.result)
+    if os.path.exists(path):
+        os.remove(path)  # never report a figure from an earlier run
+    cmd = [sys.executable, os.path.join(HERE, bench.script), *(["--quick"] if quick else []),
+           "--budget", f"{timeout:.0f}"]
+    print(f"\n=== {bench.id} {bench.title}: {' '.join(os.path.relpath(c) for c in cmd[1:])} "
+          f"(budget {timeout:.0f} s) ===", flush=True)
+    busy0, _ = cpu_jiffies()
+    ours0 = children_cpu()
+    started = time.perf_counter()
+    # its own session, so a timeout can stop the whole group: Nanny-managed workers included
+    process = subprocess.Popen(cmd, cwd=os.path.dirname(HERE), start_new_session=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    status = "ok"
+    try:
+        code = process.wait(timeout=timeout)
+        if code != 0:
+            status = f"failed (exit {code})"
+    except subprocess.TimeoutExpired:
+        status = f"timed out after {timeout:.0f} s"
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    seconds = time.perf_counter() - started
+    busy1, _ = cpu_jiffies()
+    ours = children_cpu() - ours0
+    others = max(0.0, (busy1 - busy0) - ours)
+    data = None
+    if os.path.exists(path):  # a benchmark stopped by its budget may have written what it measured so far
+        try:
+            with open(path) as handle:
+                data = json.load(handle)
+        except ValueError:
+            data = None
+        if status != "ok" and data:
+            status += " (partial results kept)"
+    if status == "ok" and data is None:
+        status = f"wrote no {bench.result}"
+    print(f"--- {bench.id}: {status} in {seconds:.1f} s; other processes used {others / seconds:.2f} "
+          f"of the machine's {os.cpu_count()} cores meanwhile", flush=True)
+    return {"id": bench.id, "title": bench.title, "script": bench.script, "status": status, "seconds": seconds,
+            "cpu_seconds": ours, "other_processes_cores": others / seconds, "data": data}
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _fig(bench: str, name: str, value: float | None, fmt: str, goal: str, test: Callable[[float], bool],
+         note: str = "") -> Figure:
+    if value is None:
+        return Figure(bench, name, None, "—", goal, None)
+    return Figure(bench, name, value, fmt.format(value) + (f" ({note})" if note else ""), goal, bool(test(value)))
+
+
+def figures(runs: dict[str, dict[str, Any]]) -> list[Figure]:
+    def data(bench: str) -> dict[str, Any]:
+        return (runs.get(bench) or {}).get("data") or {}
+
+    def get(d: dict[str, Any], *path: str) -> Any:
+        for p in path:
+            if not isinstance(d, dict) or p not in d:
+                return None
+            d = d[p]
+        return d
+
+    out: list[Figure] = []
+    b1 = data("B1")
+    for n, label in (("1000", "1k"), ("10000", "10k")):
+        cpu = get(b1, n, "cpu", "ratio")
+        out.append(_fig("B1", f"run overhead, {label} tiny ops: orchestrate run ÷ hand-written Dask",
+                        get(b1, n, "ratio"), "{:.3f}", "≤ 1.05", lambda v: v <= 1.05,
+                        f"CPU time: {cpu:.3f}" if cpu is not None else ""))
+    b2 = data("B2")
+    for n, label in (("10000", "10k"), ("100000", "100k")):
+        out.append(_fig("B2", f"compile speed, {label} ops: validate+place+plan+compile ÷ libyaml parse (CPU time)",
+                        get(b2, n, "cpu", "stages_over_parse"), "{:.2f}", "≤ 1.5", lambda v: v <= 1.5))
+    out.append(_fig("B2", "compile growth: 100k ÷ 10k ops (CPU time)", get(b2, "growth_100k_over_10k"), "{:.2f}",
+                    "≤ 11", lambda v: v <= 11))
+    b3 = data("B3")
+    out.append(_fig("B3", "transfers: bytes moved between workers ÷ plan minimum", get(b3, "summary", "worst_ratio"),
+                    "{:.4f}", "1.00", lambda v: round(v, 2) == 1.00))
+    b4 = data("B4")
+    raw = get(b4, "raw_numpy", "speedup")
+    out.append(_fig("B4", "data-parallel scaling: 2 simulated devices ÷ 1 (compute-bound towers)",
+                    get(b4, "speedup_2_over_1"), "{:.2f}×", "≥ 1.7", lambda v: v >= 1.7,
+                    f"2 plain NumPy processes meanwhile: {raw:.2f}×" if raw is not None else ""))
+    b5 = data("B5")
+    configs = get(b5, "configs") or {}
+    out.append(_fig("B5", "start-up: embedded cluster ready ÷ LocalCluster (same workers)", get(b5, "ratio"),
+                    "{:.3f}", "≤ 1.1", lambda v: v <= 1.1,
+                    ", ".join(f"{k} workers: {v['embedded_s']:.2f} s vs {v['local_s']:.2f} s" for k, v in configs.items())))
+    loop = data("L")
+    growth = get(loop, "growth")
+    steps = get(loop, "steps")
+    out.append(_fig("L", f"loop memory: client RSS after {steps or 'N'} steps ÷ after 100, − 1",
+                    None if growth is None else 100 * growth, "{:+.1f}%", "within ±20%", lambda v: abs(v) <= 20))
+    return out
+
+
+def missing(f: Figure, runs: dict[str, dict[str, Any]]) -> str:
+    status = (runs.get(f.bench) or {}).get("status", "not run")
+    return "not measured at this size" if status == "ok" else status
+
+
+def table_lines(figs: list[Figure], runs: dict[str, dict[str, Any]]) -> list[str]:
+    lines = ["| | figure | measured | goal | met? |", "|---|---|---|---|---|"]
+    for f in figs:
+        measured = f.shown if f.measured is not None else f"— ({missing(f, runs)})"
+        met = "yes" if f.met else ("no" if f.met is not None else "—")
+        lines.append(f"| {f.bench} | {f.name} | {measured} | {f.goal} | {met} |")
+    return lines
+
+
+def text_table(figs: list[Figure], runs: dict[str, dict[str, Any]]) -> str:
+    rows = [("", "figure", "measured", "goal", "met?")]
+    for f in figs:
+        rows.append((f.bench, f.name, f.shown if f.measured is not None else f"— ({missing(f, runs)})", f.goal,
+                     "yes" if f.met else ("no" if f.met is not None else "—")))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    out = []
+    for i, r in enumerate(rows):
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        if i == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- plot
+
+
+def plot(runs: dict[str, dict[str, Any]], path: str) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install -e '.[bench]')"
+    b1 = (runs.get("B1") or {}).get("data") or {}
+    b4 = (runs.get("B4") or {}).get("data") or {}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    sizes = sorted((v for v in b1.values() if isinstance(v, dict) and "ops" in v), key=lambda v: v["ops"])
+    if sizes:
+        ops = [v["ops"] for v in sizes]
+        left.plot(ops, [v["orchestrator_ms_per_op"] for v in sizes], "o-", label="orchestrate run")
+        left.plot(ops, [v["dask_ms_per_op"] for v in sizes], "s--", label="hand-written Dask")
+        for v in sizes:
+            left.annotate(f"×{v['ratio']:.2f}", (v["ops"], v["orchestrator_ms_per_op"]), textcoords="offset points",
+                          xytext=(0, 8), ha="center", fontsize=8)
+        left.set_xscale("log")
+        left.set_ylim(bottom=0)
+        left.legend()
+    else:
+        left.text(0.5, 0.5, "B1 did not run", ha="center", transform=left.transAxes)
+    left.set_xlabel("ops in the graph (tiny adds, 100 chains, 2 devices)")
+    left.set_ylabel("milliseconds per op (median wall time ÷ ops)")
+    left.set_title("B1 run overhead vs graph size")
+    left.grid(True, alpha=0.3)
+    curve = b4.get("curve") or []
+    if curve:
+        devices = [c["devices"] for c in curve]
+        cores = int(b4.get("cores") or os.cpu_count() or 2)
+        right.plot(devices, devices, ":", color="gray", label="ideal")
+        right.plot(devices, [min(d, cores) for d in devices], "--", color="lightgray",
+                   label=f"bound of this machine ({cores} cores)")
+        right.plot(devices, [c["speedup"] for c in curve], "o-", label="measured (compute span)")
+        right.plot(devices, [c["speedup_wall"] for c in curve], "x-", alpha=0.6, label="measured (run_plan wall)")
+        raw = b4.get("raw_numpy") or {}
+        if raw.get("speedup"):
+            right.plot([2], [raw["speedup"]], "D", color="green", label="plain NumPy, 2 processes (no Dask)")
+        if max(devices) > cores:
+            right.axvspan(cores + 0.5, max(devices) + 0.3, color="orange", alpha=0.08, label="more devices than cores")
+        right.set_xticks(devices)
+        right.set_ylim(bottom=0)
+        right.legend(fontsize=8)
+    else:
+        right.text(0.5, 0.5, "B4 did not run", ha="center", transform=right.transAxes)
+    right.set_xlabel("simulated devices (one worker process each)")
+    right.set_ylabel("speed-up over 1 device")
+    right.set_title("B4 data-parallel scaling (fixed total work)")
+    right.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+# --------------------------------------------------------------------------- README
+
+
+def rewrite_readme(lines: list[str], summary: dict[str, Any]) -> bool:
+    if not os.path.exists(README):
+        return False
+    with open(README) as handle:
+        text = handle.read()
+    if START not in text or END not in text:
+        return False
+    m = summary["machine"]
+    busy = max((r["other_processes_cores"] for r in summary["benchmarks"].values()), default=0.0)
+    block = [START, "",
+             f"Latest `make bench`: {summary['finished']} on {m['cores']} cores ({m['cpu']}), no GPU (simulated GPUs), "
+             f"Python {m['python']}, Dask {m['dask']}; all benchmarks took {summary['seconds']:.0f} s"
+             f"{'' if not summary['quick'] else ' (--quick)'}.",
+             ""] + lines + [""]
+    if busy >= 0.25:
+        block += [f"Other processes used up to {busy:.2f} of the {m['cores']} cores while these figures were taken "
+                  "(see `other_processes_cores` in `results/summary.json`): timings are pessimistic.", ""]
+    block.append(END)
+    new = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: "\n".join(block), text, flags=re.S)
+    with open(README, "w") as handle:
+        handle.write(new)
+    return True
+
+
+def machine() -> dict[str, Any]:
+    import dask
+    import distributed
+    import numpy
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cores": os.cpu_count(), "cpu": cpu, "python": platform.python_version(), "dask": dask.__version__,
+            "distributed": distributed.__version__, "numpy": numpy.__version__, "gpus": "none (simulated)"}
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv
+    only = None
+    if "--only" in sys.argv:
+        only = set(sys.argv[sys.argv.index("--only") + 1].upper().split(","))
+    os.makedirs(RESULTS, exist_ok=True)
+    started = time.perf_counter()
+    runs: dict[str, dict[str, Any]] = {}
+    chosen = [b for b in BENCHES if only is None or b.id in only]
+    for i, bench in enumerate(chosen):
+        later = sum(b.reserve for b in chosen[i + 1:])
+        left = TOTAL_BUDGET - (time.perf_counter() - started) - later
+        if left < 20:
+            runs[bench.id] = {"id": bench.id, "title": bench.title, "status": "skipped: out of time", "seconds": 0.0,
+                              "other_processes_cores": 0.0, "data": None}
+            print(f"\n=== {bench.id} {bench.title}: skipped, out of time", flush=True)
+            continue
+        runs[bench.id] = run_one(bench, quick, min(bench.budget, left))
+    seconds = time.perf_counter() - started
+    figs = figures(runs)
+    summary = {
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": seconds, "quick": quick, "machine": machine(),
+        "figures": [f.__dict__ for f in figs],
+        "benchmarks": {k: {kk: vv for kk, vv in v.items() if kk != "data"} for k, v in runs.items()},
+    }
+    with open(os.path.join(RESULTS, "summary.json"), "w") as handle:
+        json.dump(summary, handle, indent=2)
+    problem = plot(runs, os.path.join(RESULTS, "scaling.png"))
+    lines = table_lines(figs, runs)
+    readme = rewrite_readme(lines, summary) if only is None else False
+    print("\n" + "=" * 100)
+    print(text_table(figs, runs))
+    print("=" * 100)
+    for r in runs.values():
+        print(f"{r['id']:>3} {r['title']:<24} {r['status']:<28} {r['seconds']:6.1f} s   other processes: "
+              f"{r['other_processes_cores']:.2f} cores")
+    print(f"all benchmarks: {seconds:.0f} s ({seconds / 60:.1f} min); results in {os.path.relpath(RESULTS)}/: "
+          f"summary.json, {'scaling.png' if problem is None else 'no plot: ' + problem}"
+          f"{'; README table updated' if readme else ''}")
+    return 0 if all(r["status"] == "ok" for r in runs.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
