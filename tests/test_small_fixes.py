@@ -78,3 +78,19 @@ def test_replicate_pattern_stays_inside_its_scope(tmp_path: Path) -> None:
     assert devices["r/0/y"] == "/job:worker/replica:0/task:1/device:GPU:0"
     assert devices["r/1/y"] == "/job:worker/replica:0/task:1/device:GPU:1"
     assert "r/2/y" not in devices
+
+
+def test_output_symlink_out_of_the_output_directory_is_refused(tmp_path: Path) -> None:
+    import pytest
+
+    from orchestrator.errors import RunError
+    from orchestrator.execute.run import resolve_output
+
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "link").symlink_to(elsewhere)
+    with pytest.raises(RunError, match="escapes the output directory"):
+        resolve_output("link/x.npy", str(out), allow_outside=False)
+    assert resolve_output("link/x.npy", str(out), allow_outside=True).endswith("link/x.npy")
+    assert resolve_output("sub/x.npy", str(out), allow_outside=False) == str(out / "sub" / "x.npy")

@@ -109,7 +109,10 @@ def _remote_cuda_count(client: Any) -> Callable[[], int]:
 
 def resolve_output(target: str, base: str, allow_outside: bool) -> str:
     path = os.path.normpath(os.path.join(base, target))
-    inside = os.path.commonpath([os.path.abspath(path), os.path.abspath(base)]) == os.path.abspath(base)
+    # realpath: a symlink inside the output directory must not lead outside it
+    real_base = os.path.realpath(base)
+    real_parent = os.path.realpath(os.path.dirname(path) or ".")
+    inside = os.path.commonpath([real_parent, real_base]) == real_base
     if not inside and not allow_outside:
         raise RunError(f"output path '{target}' escapes the output directory {base} "
                        "(set run.allow_absolute_paths: true to allow it)")
@@ -389,11 +392,13 @@ class Runner:
                 os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
                 ctx = atomic_open(path, "wb")
                 handle = ctx.__enter__()
+                temps.append((ctx, path))  # before writing: a failed write must remove its temp too
                 _write_array(handle, path, value)
-                temps.append((ctx, path))
-        except BaseException:
+        except BaseException as exc:
             for ctx, _ in temps:
                 ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)
+            if isinstance(exc, OSError):
+                raise RunError(f"cannot write output {exc.filename or path}: {exc.strerror or exc}") from None
             raise
         for ctx, _ in temps:
             ctx.__exit__(None, None, None)
