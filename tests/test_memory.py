@@ -7,12 +7,11 @@ comments (float64: 8 bytes an element); the tests assert exact byte counts.
 from __future__ import annotations
 
 import io
-import json
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from spec_helpers import plan_json, write
 
 from orchestrator.api import check_file, plan_file
 from orchestrator.cli import run_cli
@@ -24,18 +23,6 @@ VALID = ROOT / "specs" / "valid"
 LOCAL = "/job:localhost/replica:0/task:0/device:"
 CPU0, GPU0, GPU1 = LOCAL + "CPU:0", LOCAL + "GPU:0", LOCAL + "GPU:1"
 MiB = 2**20
-
-
-def write(tmp_path: Path, text: str, name: str = "spec.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return path
-
-
-def plan_json(path: Path) -> dict[str, Any]:
-    out = io.StringIO()
-    assert run_cli(["plan", str(path), "--format", "json"], out=out) == 0
-    return json.loads(out.getvalue())
 
 
 def memory(path: Path) -> dict[str, dict[str, Any]]:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import io
 import json
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from spec_helpers import plan_json, write
 
 from orchestrator.api import check_file, plan_file
 from orchestrator.cli import run_cli
@@ -23,18 +23,6 @@ VALID = ROOT / "specs" / "valid"
 
 LOCAL = "/job:localhost/replica:0/task:0/device:"
 CPU0, GPU0, GPU1, GPU2, GPU3 = (LOCAL + d for d in ("CPU:0", "GPU:0", "GPU:1", "GPU:2", "GPU:3"))
-
-
-def write(tmp_path: Path, text: str, name: str = "spec.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return path
-
-
-def plan_json(path: Path) -> dict[str, Any]:
-    out = io.StringIO()
-    assert run_cli(["plan", str(path), "--format", "json"], out=out) == 0
-    return json.loads(out.getvalue())
 
 
 def ops(data: dict[str, Any]) -> dict[str, dict[str, Any]]:

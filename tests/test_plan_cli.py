@@ -10,10 +10,10 @@ import io
 import json
 import re
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
+from spec_helpers import write
 
 from orchestrator.cli import run_cli
 
@@ -28,12 +28,6 @@ def plan(*args: str) -> tuple[int, str]:
     out = io.StringIO()
     code = run_cli(["plan", *args], out=out)
     return code, out.getvalue()
-
-
-def write(tmp_path: Path, text: str, name: str = "spec.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return path
 
 
 # ------------------------------------------------------------------- text
