@@ -139,9 +139,11 @@ def main() -> int:
         hand_written(cluster.scheduler_address, warm, "warm")
         for n, repeats in sizes:
             if deadline is not None and "1000" in results:
-                # on a busy machine, fewer repeats of the big sizes (estimated from 1k) rather than none
-                per_pair = n / 1000 * (results["1000"]["orchestrator_s"] + results["1000"]["dask_s"]) * 1.2
-                fit = int((deadline - time.perf_counter() - 15) // per_pair)
+                # on a busy machine, fewer repeats of the big sizes rather than none. Estimated from 1k;
+                # Dask's cost per task grows with the graph's size (10k: 1.5-3x the per-task time of 1k)
+                growth = 1 + (n / 1000 - 1) / 9 * 1.5
+                per_pair = n / 1000 * (results["1000"]["orchestrator_s"] + results["1000"]["dask_s"]) * growth
+                fit = int((deadline - time.perf_counter() - 10) // per_pair)
                 if fit < 1:
                     print(f"{n:>6} ops: skipped, not enough time left in the budget", flush=True)
                     continue

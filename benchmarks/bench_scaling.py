@@ -188,7 +188,7 @@ def main() -> int:
                 config = Config(devices, devices)
                 first = len(one.spans)
                 try:
-                    for i in range(3):
+                    for i in range(2):
                         for step in ((config.run, one.run) if i % 2 == 0 else (one.run, config.run)):
                             step()
                 finally:
