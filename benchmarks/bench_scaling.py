@@ -13,11 +13,14 @@ multiplies them and reduces to a scalar; the scalars are summed on the CPU.
 
 Each simulated GPU is one worker process with one thread, and BLAS is pinned
 to one thread per worker by the cluster's environment, so a tower task is
-single-threaded (each takes >= 1 s at d <= 2). Every configuration gets its own
-embedded cluster, started once (not timed), one untimed warm-up run, then
-timed runs through ``run_plan(..., RunSettings(scheduler=address))``; 1 device,
-2 devices and the plain NumPy processes alternate round by round (both
-clusters are up at once) so that load from other processes falls on all.
+single-threaded (each takes >= 1 s at d <= 2). Runs go in blocks: a block
+starts the configuration's embedded cluster (not timed), makes one untimed
+warm-up run, then timed runs through
+``run_plan(..., RunSettings(scheduler=address))``, and closes the cluster, so
+only one cluster is ever up (the idle processes of another cluster slowed a
+2-device run by ~10% here). Blocks of 1 and 2 devices alternate (1 2, then
+2 1), each followed by a block of the plain NumPy processes with no cluster
+up; medians of 6 runs per configuration (3 for 3 and 4 devices).
 The figure timed is the compute span: from the first op's start to the last
 op's end, as the workers recorded them in the run report; the wall time of the
 whole ``run_plan`` call (connect, compile, submit, gather, verify) is kept
@@ -120,7 +123,7 @@ def raw_numpy(processes: int, towers: int) -> float:
 
 
 class Config:
-    """One configuration: its plan and its own embedded cluster (started once, warmed up once)."""
+    """One configuration: its plan, its measurements, and its embedded cluster while a block runs."""
 
     def __init__(self, devices: int, towers: int):
         self.devices, self.towers = devices, towers
@@ -129,28 +132,28 @@ class Config:
         self.plan = plan_file(path)
         used = {p.device_name for p in self.plan.placements if p.op.endswith("/y")}
         assert len(used) == devices, used
-        self.cluster: Any = EmbeddedCluster(self.plan.spec.cluster, None).start()
-        self.settings = RunSettings(scheduler=self.cluster.scheduler_address, write_outputs=False, progress=False)
         self.spans: list[float] = []
         self.walls: list[float] = []
         self.matmuls: list[float] = []
         self.value: float | None = None
-        self.run(record=False)  # warm up
 
-    def run(self, record: bool = True) -> None:
-        started = time.perf_counter()
-        result = run_plan(self.plan, self.settings, lambda _: None)
-        wall = time.perf_counter() - started
-        if record:
-            self.walls.append(wall)
-            self.spans.append(span(dict(result.report)))
-            self.matmuls.append(tower_seconds(dict(result.report)))
-            self.value = float(result.values["towers.s"])
-
-    def close(self) -> None:
-        if self.cluster is not None:
-            self.cluster.close()
-            self.cluster = None
+    def block(self, runs: int) -> None:
+        """Start this configuration's cluster (alone on the machine), warm up once, run ``runs`` times, close."""
+        cluster = EmbeddedCluster(self.plan.spec.cluster, None).start()
+        try:
+            settings = RunSettings(scheduler=cluster.scheduler_address, write_outputs=False, progress=False)
+            for i in range(runs + 1):
+                started = time.perf_counter()
+                result = run_plan(self.plan, settings, lambda _: None)
+                wall = time.perf_counter() - started
+                if i == 0:
+                    continue  # warm-up
+                self.walls.append(wall)
+                self.spans.append(span(dict(result.report)))
+                self.matmuls.append(tower_seconds(dict(result.report)))
+                self.value = float(result.values["towers.s"])
+        finally:
+            cluster.close()
 
     def summary(self) -> dict[str, Any]:
         return {"devices": self.devices, "towers": self.towers, "compute_s": median(self.spans),
@@ -160,53 +163,36 @@ class Config:
 
 def main() -> int:
     quick = "--quick" in sys.argv
-    repeats = 3 if quick else 5
-    # The headline: 1 and 2 devices, and the same towers as plain NumPy processes, in alternating rounds
-    # (both clusters up at once), so that background load on this shared machine falls on all of them.
+    rounds, per_block = (1, 2) if quick else (2, 3)
+    # The headline: 1 and 2 devices, in blocks that alternate (A B, then B A), each block on a cluster of
+    # its own with no other cluster up (an idle cluster's processes cost the other ~10% here), then the
+    # same towers as plain NumPy processes with no cluster up at all.
     one, two_dev = Config(1, 2), Config(2, 2)
     raw: dict[int, list[float]] = {1: [], 2: []}
-    runs: list[dict[str, Any]] = []
-    curve: list[dict[str, Any]] = []
-    try:
-        for i in range(repeats):
-            steps = [one.run, two_dev.run, lambda: raw[1].append(raw_numpy(1, 2)),
-                     lambda: raw[2].append(raw_numpy(2, 2))]
-            for step in (steps if i % 2 == 0 else steps[::-1]):
-                step()
-        two_dev.close()
-        runs = [one.summary(), two_dev.summary()]
-        # the same total: each tower's data is seeded per copy, so 1 and 2 devices compute the same sum
-        assert abs(runs[0]["value"] - runs[1]["value"]) <= 1e-9 * abs(runs[0]["value"]), \
-            (runs[0]["value"], runs[1]["value"])
-        for r in runs:
-            curve.append({"devices": r["devices"], "speedup": runs[0]["compute_s"] / r["compute_s"],
-                          "speedup_wall": runs[0]["wall_s"] / r["wall_s"]})
-        if not quick:
-            # the rest of the curve (this machine has 2 cores: a bound of 2x), each on its own cluster,
-            # alternating with 1-device runs again so that each point has a baseline taken beside it
-            for devices in (3, 4):
-                config = Config(devices, devices)
-                first = len(one.spans)
-                try:
-                    for i in range(2):
-                        for step in ((config.run, one.run) if i % 2 == 0 else (one.run, config.run)):
-                            step()
-                finally:
-                    config.close()
-                r = config.summary()
-                runs.append(r)
-                base, base_wall = median(one.spans[first:]), median(one.walls[first:])
-                curve.append({"devices": devices, "speedup": base / r["compute_s"],
-                              "speedup_wall": base_wall / r["wall_s"], "baseline_s": base})
-    finally:
-        one.close()
-        two_dev.close()
+    for r in range(rounds):
+        for config in ((one, two_dev) if r % 2 == 0 else (two_dev, one)):
+            config.block(per_block)
+        for _ in range(per_block):
+            for processes in ((1, 2) if r % 2 == 0 else (2, 1)):
+                raw[processes].append(raw_numpy(processes, 2))
+    runs = [one.summary(), two_dev.summary()]
+    # the same total: each tower's data is seeded per copy, so 1 and 2 devices compute the same sum
+    assert abs(runs[0]["value"] - runs[1]["value"]) <= 1e-9 * abs(runs[0]["value"]), (runs[0]["value"], runs[1]["value"])
+    if not quick:  # the rest of the curve (this machine has 2 cores: a bound of 2x)
+        for devices in (3, 4):
+            config = Config(devices, devices)
+            config.block(per_block)
+            runs.append(config.summary())
     for r in runs:
         print(f"{r['devices']} device(s), {r['towers']} towers of [{ROWS // r['towers']}, {N}] @ [{N}, {N}]: compute "
-              f"{r['compute_s']:.2f} s (wall {r['wall_s']:.2f} s; one matmul task {r['matmul_task_s']:.2f} s)")
+              f"{r['compute_s']:.2f} s (wall {r['wall_s']:.2f} s; one matmul task {r['matmul_task_s']:.2f} s) "
+              f"[median of {len(r['compute_runs'])}]")
     raw1, raw2 = median(raw[1]), median(raw[2])
     print(f"plain NumPy processes, no Dask: 1 process {raw1:.2f} s, 2 processes {raw2:.2f} s: "
           f"the machine itself gives {raw1 / raw2:.2f}x")
+    base, base_wall = runs[0]["compute_s"], runs[0]["wall_s"]
+    curve = [{"devices": r["devices"], "speedup": base / r["compute_s"], "speedup_wall": base_wall / r["wall_s"]}
+             for r in runs]
     two = curve[1]
     for c in curve:
         note = "  (more devices than the machine's cores)" if c["devices"] > (os.cpu_count() or 2) else ""

@@ -35,7 +35,7 @@ def chain_spec(n_ops: int, chains: int = 100, replicate_every: int = 0, devices:
             if replicate_every and c % replicate_every == 0 and i == per_chain // 2:
                 lines += [f"  - name: r{c}_{i}", "    replicate:",
                           f"      devices: [{', '.join(f'/job:worker/task:{t}/cpu:0' for t in range(devices))}]",
-                          f"      body:", f"        - {{name: x, op: add, inputs: [c{c}_{i - 1}], scalar: 1.0}}",
+                          "      body:", f"        - {{name: x, op: add, inputs: [c{c}_{i - 1}], scalar: 1.0}}",
                           "      combine: {x: mean}", f"      combine_device: {device}",
                           f"  - {{name: c{c}_{i}, op: identity, inputs: [r{c}_{i}.x], device: {device}}}"]
                 count += devices + 2

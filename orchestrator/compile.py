@@ -132,6 +132,8 @@ class GraphBuilder:
         if consumer.device_index == ANY:
             return value.key, None
         pair = (value.key, consumer.to_string())
+        if pair in self.moves and pair not in self.new_moves:
+            return self.moves[pair], None  # moved by an earlier loop window: not a new crossing
         self.crossings.add(pair)
         if self.readers.get((str(ref), pair[1]), 0) <= 1 and value.key not in self.shared:
             # one reader there: Dask fetches it once as that task's dependency; no extra task
