@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long to wait for the devices of a remote cluster (default 30)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar (default: on a terminal)")
+    p.add_argument("--task-names", choices=["auto", "op", "kind"], default="auto",
+                   help="how the dashboard groups tasks: by op name, or by op kind; auto: by name up to "
+                        "64 ops, by kind above (Dask's bookkeeping grows with the number of groups)")
     _add_tls_flags(p)
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_run)
@@ -177,7 +180,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
                            report_path=args.report, performance_report=args.performance_report,
                            progress=args.progress, gpu_backend=args.gpu_backend,
                            wait_for_workers=args.wait_for_workers, tls_ca_file=args.tls_ca_file,
-                           tls_cert=args.tls_cert, tls_key=args.tls_key)
+                           tls_cert=args.tls_cert, tls_key=args.tls_key, task_names=args.task_names)
     result = run_plan(checked.plan, settings, lambda text: (out.write(text + "\n"), out.flush()))
     out.write(report.placement_summary(result.report))
     return EXIT_OK

@@ -21,8 +21,8 @@ or drop their annotations (dask#7036).
   ``NAME:i`` from it in place, and only for another device is output i cut
   out by a getitem task beside it, so only that output crosses.
 
-Keys start with the op's name (``towers/1/c-<token>``), so the dashboard's
-task stream groups them by op.
+Keys are named by :mod:`orchestrator.keys`: by op name (``towers/1/c-<token>``,
+one dashboard group per op) or, for graphs of many ops, by op kind.
 """
 
 from __future__ import annotations
@@ -32,12 +32,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping
 
+from dask.task_spec import Task, TaskRef
+
 from .devices import ANY, DeviceSpec
 from .execute.cluster import device_resource, task_resource
 from .execute.runtime import OpTask, move, run_op, to_host
 from .execute.runtime import token as control_token
+from .keys import KeyNamer, TaskNames
 from .model import OpRef, Plan
-from .ops import lookup
 
 
 def resources_for(device: DeviceSpec) -> dict[str, float]:
@@ -85,8 +87,9 @@ class GraphBuilder:
 
     def __init__(self, plan: Plan, token: str, base_dir: str = ".", suffix: str = "",
                  known_moves: Mapping[tuple[str, str], str] | None = None, shared_keys: Collection[str] = (),
-                 out_dir: str | None = None):
+                 out_dir: str | None = None, task_names: TaskNames = "op"):
         self.plan, self.spec, self.token, self.base_dir = plan, plan.spec, token, base_dir
+        self.names = KeyNamer(task_names)
         self.out_dir = out_dir or base_dir  # save ops write here; load and call read from base_dir
         self.suffix = suffix or f"-{token}"
         self.tasks: dict[str, Any] = {}
@@ -98,10 +101,15 @@ class GraphBuilder:
         self.crossings: set[tuple[str, str]] = set()  # (source key, device): every value sent somewhere
         self.shared = set(shared_keys)
         self.readers = _readers(plan)
+        self._resources_of: dict[DeviceSpec, Mapping[str, float]] = {}
+        self.default_timeout, self.log = plan.spec.run.timeout, plan.spec.placement.log
 
     def add(self, key: str, task: Any, device: DeviceSpec, op: str, n_retries: int) -> None:
         self.tasks[key] = task
-        self.resources[key] = resources_for(device)
+        resources = self._resources_of.get(device)
+        if resources is None:  # one (read-only) mapping per device, shared by its tasks
+            resources = self._resources_of[device] = resources_for(device)
+        self.resources[key] = resources
         self.retries[key] = n_retries
         self.owner[key] = op
 
@@ -113,8 +121,6 @@ class GraphBuilder:
 
     def materialize(self, value: Located, ref: OpRef) -> Located:
         """One output of a tuple as a key of its own (a getitem beside it): what leaves the device."""
-        from dask.task_spec import Task, TaskRef
-
         if value.index is None:
             return value
         key = f"{value.key}[{value.index}]"
@@ -124,8 +130,6 @@ class GraphBuilder:
 
     def arrive(self, value: Located, ref: OpRef, consumer: DeviceSpec, n_retries: int) -> tuple[str, int | None]:
         """(key, index) to read ``value`` from on ``consumer``: moved there once, then reused."""
-        from dask.task_spec import Task, TaskRef
-
         if value.device == consumer:
             return value.key, value.index  # same worker: index the tuple in place, no task
         value = self.materialize(value, ref)  # only the output needed crosses
@@ -139,7 +143,7 @@ class GraphBuilder:
             # one reader there: Dask fetches it once as that task's dependency; no extra task
             return value.key, None
         if pair not in self.moves:
-            key = f"move({ref}@{_short(consumer)}){self.suffix}-{len(self.moves)}"
+            key = self.names.helper("move", f"{ref}@{_short(consumer)}", f"{self.suffix}-{len(self.moves)}")
             self.add(key, Task(key, move, str(ref), consumer.to_string(), self.token, TaskRef(value.key)),
                      consumer, ref.op, n_retries)
             self.moves[pair] = key
@@ -147,8 +151,6 @@ class GraphBuilder:
         return self.moves[pair], None
 
     def add_op(self, op_name: str, resolve: Resolve, step: int = 0, suffix: str | None = None) -> Located:
-        from dask.task_spec import Task, TaskRef
-
         suffix = self.suffix if suffix is None else suffix
         spec, placement = self.spec, self.plan.placement(op_name)
         op, device = spec.op(op_name), placement.device
@@ -158,29 +160,25 @@ class GraphBuilder:
         indices = tuple(index for _, index in arrivals)
         for name in op.after:
             producer = resolve(OpRef(name))
-            done_key = f"done({name}){suffix}"
+            done_key = self.names.helper("done", name, suffix)
             if done_key not in self.tasks:
                 self.add(done_key, Task(done_key, control_token, TaskRef(producer.key)), producer.device, name, 0)
             args.append(TaskRef(done_key))
-        definition = lookup(op.kind)
-        params = dict(op.params)
+        params = op.params
         if op.kind == "save":
-            params["path"] = os.path.join(self.out_dir, str(params["path"]))
+            params = {**params, "path": os.path.join(self.out_dir, str(params["path"]))}
         payload = OpTask(
-            name=op.name, kind=op.kind, tf_name=definition.tf_name if definition else op.kind,
-            device=device.to_string(), params=params, n_inputs=len(op.inputs), input_keys=op.input_keys,
-            timeout=op.timeout if op.timeout is not None else spec.run.timeout, log=spec.placement.log,
-            base_dir=self.base_dir, step=step, outputs=op.outputs, run=self.token,
-            input_index=indices if any(i is not None for i in indices) else ())
-        key = f"{op.name}{suffix}"
+            name=op.name, kind=op.kind, params=params, n_inputs=len(op.inputs), run=self.token, step=step,
+            input_keys=op.input_keys, timeout=op.timeout if op.timeout is not None else self.default_timeout,
+            log=self.log, base_dir=self.base_dir if op.kind in _READS_FILES else "", outputs=op.outputs,
+            input_index=indices if indices.count(None) != len(indices) else ())
+        key = self.names.op(op.name, op.kind, op.params, suffix)
         self.add(key, Task(key, run_op, payload, *args), device, op.name, n_retries)
         return Located(key, device)
 
     def to_host(self, value: Located, ref: OpRef) -> str:
-        from dask.task_spec import Task, TaskRef
-
         value = self.materialize(value, ref)
-        key = f"host({ref}){self.suffix}"
+        key = self.names.helper("host", str(ref), self.suffix)
         if key not in self.tasks:
             self.add(key, Task(key, to_host, TaskRef(value.key)), value.device, ref.op, 0)
         return key
@@ -189,10 +187,10 @@ class GraphBuilder:
               sink_keys: tuple[str, ...] = ()) -> CompiledGraph:
         from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-        layer = MaterializedLayer(self.tasks, annotations={
-            "resources": _Lookup(self.resources, {}),
-            "retries": _Lookup(self.retries, 0),
-        })
+        annotations: dict[str, Any] = {"resources": _Lookup(self.resources, {})}
+        if any(self.retries.values()):  # (none asked for: no annotation for the scheduler to read per key)
+            annotations["retries"] = _Lookup(self.retries, 0)
+        layer = MaterializedLayer(self.tasks, annotations=annotations)
         name = f"orchestrator{self.suffix}"
         graph = HighLevelGraph({name: layer}, {name: set()})
         return CompiledGraph(graph, self.tasks, dict(values), dict(output_keys), self.resources, self.retries,
@@ -201,12 +199,13 @@ class GraphBuilder:
 
 def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool = False,
                  only: Collection[str] | None = None, known: Mapping[str, Located] | None = None,
-                 outputs: Collection[str] | None = None, out_dir: str | None = None) -> CompiledGraph:
+                 outputs: Collection[str] | None = None, out_dir: str | None = None,
+                 task_names: TaskNames = "op") -> CompiledGraph:
     """Build the graph of ``only`` these ops (default: all), reading ``known`` values already computed.
 
     ``outputs`` are the refs to fetch (default: the spec's outputs that this graph can produce).
     """
-    builder = GraphBuilder(plan, token, base_dir, out_dir=out_dir)
+    builder = GraphBuilder(plan, token, base_dir, out_dir=out_dir, task_names=task_names)
     spec = plan.spec
     values: dict[str, Located] = dict(known or {})
 
@@ -239,6 +238,9 @@ def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool
                   if p.op not in consumed and p.op in values and (known is None or p.op not in known)
                   and (chosen is None or p.op in chosen))
     return builder.build(values, output_keys, sinks)
+
+
+_READS_FILES = frozenset({"load", "call"})  # the ops that need the spec's directory on the worker
 
 
 def _readers(plan: Plan) -> dict[tuple[str, str], int]:

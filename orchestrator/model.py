@@ -8,6 +8,7 @@ Stages depend on these types and never on each other: ``load`` makes a
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Callable, Mapping
@@ -359,19 +360,25 @@ class Placement:
 
     def why(self) -> str:
         """``job, task from rule 1; device from op``: which link of the chain set each field."""
-        sources = dict(self.sources)
-        shown = [(f, s) for f, s in self.sources if f not in ("device_type", "device_index")]
-        if sources.get("device_type") == sources.get("device_index"):
-            shown.append(("device", sources["device_type"]))
-        else:
-            shown += [("type", sources["device_type"]), ("index", sources["device_index"])]
-        parts: dict[str, list[str]] = {}
-        for fieldname, source in shown:
-            parts.setdefault(source, []).append(fieldname)
-        text = "; ".join(f"{', '.join(fields)} from {src}" for src, fields in parts.items())
-        if self.fallback:
-            text += f"; soft placement: {self.fallback}"
-        return text
+        return _why(self.sources, self.fallback)
+
+
+@functools.lru_cache(maxsize=1024)
+def _why(sources_in_order: tuple[tuple[str, str], ...], fallback: str) -> str:
+    # cached: the ops of a big spec share a handful of source chains, and run reports list every op
+    sources = dict(sources_in_order)
+    shown = [(f, s) for f, s in sources_in_order if f not in ("device_type", "device_index")]
+    if sources.get("device_type") == sources.get("device_index"):
+        shown.append(("device", sources["device_type"]))
+    else:
+        shown += [("type", sources["device_type"]), ("index", sources["device_index"])]
+    parts: dict[str, list[str]] = {}
+    for fieldname, source in shown:
+        parts.setdefault(source, []).append(fieldname)
+    text = "; ".join(f"{', '.join(fields)} from {src}" for src, fields in parts.items())
+    if fallback:
+        text += f"; soft placement: {fallback}"
+    return text
 
 
 @dataclass(frozen=True)

@@ -271,14 +271,20 @@ def test_missing_task_fails_then_a_restarted_task_keeps_its_ops(remote: Remote, 
     wait_started(new, 3)
     after = scheduler_workers(remote.address)[gpu1]["address"]
     assert after != before
-    # a run removes its device runtime plugin when it ends, so none pile up on the scheduler
+    # the device runtime plugin is named by the cluster's devices: runs share one, none pile up on the
+    # scheduler, and the restarted task received it from the scheduler when it joined, before any run
     with Client(remote.address, timeout=20, set_as_default=False) as client:
         plugins = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.worker_plugins))
-    assert not [p for p in plugins if p.startswith("orchestrator-")], plugins
+        ready = client.run(lambda dask_worker: hasattr(dask_worker, "orchestrator_runtime"), workers=[after])
+    assert len([p for p in plugins if p.startswith("orchestrator-")]) == 1, plugins
+    assert ready == {after: True}
 
     second = run_file(ROUND_ROBIN, scheduler=remote.address, echo=quiet, write_outputs=False)
     assert {e["name"]: e["worker"] for e in second.report["ops"]} == EXPECTED_PLACEMENT
     assert float(second.values["p2"]) == 9.0
+    with Client(remote.address, timeout=20, set_as_default=False) as client:
+        plugins_after = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.worker_plugins))
+    assert plugins_after == plugins
     # the restarted worker (new address, same name) received the second run's device runtime
     with Client(remote.address, timeout=20, set_as_default=False) as client:
         backend = client.run(lambda dask_worker: dask_worker.orchestrator_runtime.backend.name, workers=[after])

@@ -72,7 +72,7 @@ def run_staged(runner: "Runner", client: Any) -> dict[str, Any]:
                 ready.append(name)
         if ready:
             compiled = compile_plan(plan, runner.token, runner.base_dir, only=ready, known=known, outputs=[],
-                                    out_dir=runner.output_dir)
+                                    out_dir=runner.output_dir, task_names=runner.task_names)
             chosen = set(ready)
             needed = [compiled.values[n].key for n in ready
                       if readers.get(n, set()) - chosen or any(r.op == n for r in output_refs.values())]
@@ -116,7 +116,8 @@ def _run_loop(runner: "Runner", client: Any, loop: Loop, known: dict[str, Locate
     index = runner.spec.loops.index(loop)
     for start in range(0, loop.steps, loop.window):
         builder = GraphBuilder(plan, runner.token, runner.base_dir, suffix=f"-{runner.token}-L{index}w{start}",
-                               known_moves=outer_moves, shared_keys=outer_keys, out_dir=runner.output_dir)
+                               known_moves=outer_moves, shared_keys=outer_keys, out_dir=runner.output_dir,
+                               task_names=runner.task_names)
         metric_keys: list[list[str]] = []
         sink_keys: list[str] = []
         for step in range(start, min(loop.steps, start + loop.window)):
@@ -206,7 +207,8 @@ def _outputs(runner: "Runner", client: Any, known: dict[str, Located], held: dic
         from_cluster[text] = _lookup(known, out.ref)
     if from_cluster and (runner.backend == "cupy" or any(v.index is not None for v in from_cluster.values())):
         # a last small graph: outputs of tuples cut out, device arrays copied to the host
-        builder = GraphBuilder(runner.plan, runner.token, runner.base_dir, suffix=f"-{runner.token}-out")
+        builder = GraphBuilder(runner.plan, runner.token, runner.base_dir, suffix=f"-{runner.token}-out",
+                               task_names=runner.task_names)
         for text, located in from_cluster.items():
             ref = OpRef.parse(text)
             wanted[text] = builder.to_host(located, ref) if runner.backend == "cupy" \

@@ -22,7 +22,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from ..atomic import atomic_open
 from ..compile import CompiledGraph, compile_plan
 from ..devices import DeviceSpec
 from ..errors import NoWorkerError, OrchestratorError, PlacementMismatch, RunError
+from ..keys import choose_task_names
 from ..model import Plan
 from ..perf import paused_gc
 from .cluster import EmbeddedCluster, dask_settings, device_configs, device_resource, scheduler_config
@@ -56,6 +57,7 @@ class RunSettings:
     tls_cert: str | None = None
     tls_key: str | None = None
     on_loop_progress: Callable[[str, int, int], None] | None = None  # (loop, steps done, steps) per window
+    task_names: str = "auto"  # how Dask keys are named: auto, op or kind (see orchestrator.keys)
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ class Runner:
         self.plan, self.settings, self.echo = plan, settings, echo
         self.spec = plan.spec
         self.token = uuid.uuid4().hex[:12]
+        self.task_names, self.task_names_why = choose_task_names(plan, settings.task_names)
         self.base_dir = os.path.abspath(self.spec.document.directory)
         out_dir = settings.output_dir or self.spec.run.output_dir or "."
         self.output_dir = os.path.normpath(os.path.join(self.base_dir, out_dir))
@@ -132,6 +135,15 @@ class Runner:
         self.not_run: dict[str, str] = {}  # ops the driver resolved itself (loop exports), and why
         self.task_count = 0
         self.move_count = 0
+        self.phases: dict[str, float] = {}  # seconds per phase of the run, for the report
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - started
 
     # ------------------------------------------------------------------ cluster
 
@@ -208,9 +220,8 @@ class Runner:
             from .cupy_backend import cuda_device_count
 
             requested = self.settings.gpu_backend or self.spec.cluster.gpu_backend
-            cluster, client = self.connect()
-            plugin = f"orchestrator-{self.token}"
-            registered = False
+            with self.phase("connect"):
+                cluster, client = self.connect()
             try:
                 # CUDA is counted where the GPU workers run: here for the embedded cluster, on them otherwise
                 visible = cuda_device_count if cluster is not None else _remote_cuda_count(client)
@@ -221,20 +232,20 @@ class Runner:
                           f"{' — simulated GPUs' if self.backend == 'simulated' and self._has_gpus() else ''}; "
                           f"{self.backend_why})")
                 if link:
-                    self.echo(f"dashboard: {link}")
-                self.wait_for_devices(client)
-                client.register_plugin(DeviceRuntimePlugin(device_configs(self.spec.cluster, self.backend)),
-                                       name=plugin)
-                registered = True
+                    grouped = "op name" if self.task_names == "op" else "op kind"
+                    self.echo(f"dashboard: {link} (tasks grouped by {grouped}: {self.task_names_why})")
+                with self.phase("prepare workers"):
+                    self.wait_for_devices(client)
+                    runtime = DeviceRuntimePlugin(device_configs(self.spec.cluster, self.backend))
+                    # Named by its content and left registered: the next run of this cluster re-registers the
+                    # same name (nothing piles up on a long-lived scheduler), and a worker that joins or
+                    # restarts later gets its device runtime from the scheduler without waiting for a run.
+                    client.register_plugin(runtime, name=runtime.plugin_name())
                 return self._run_on(client, link)
             finally:
                 if self.settings.keep_alive and cluster is not None:
                     self.echo("cluster kept alive (--keep-alive); press Ctrl-C to stop it")
                     _wait_forever()
-                if registered and cluster is None:
-                    # a long-lived remote scheduler must not collect one plugin per run
-                    with contextlib.suppress(Exception):
-                        client.unregister_worker_plugin(plugin)
                 client.close()
                 if cluster is not None:
                     cluster.close()
@@ -254,14 +265,19 @@ class Runner:
             if self.spec.loops:
                 from .loops import run_staged
 
-                values = run_staged(self, client)
+                with self.phase("compute"):  # staged: compiling and submitting happen window by window
+                    values = run_staged(self, client)
             else:
-                with paused_gc():
+                with self.phase("compile"), paused_gc():
                     compiled = compile_plan(self.plan, self.token, self.base_dir,
-                                            host_outputs=self.backend == "cupy", out_dir=self.output_dir)
-                futures = self.submit(client, compiled, list(compiled.output_keys.values()), progress=True)
-                values = self.gather_outputs(client, compiled.output_keys, futures, compiled.sink_keys)
+                                            host_outputs=self.backend == "cupy", out_dir=self.output_dir,
+                                            task_names=self.task_names)
+                with self.phase("submit"):
+                    futures = self.submit(client, compiled, list(compiled.output_keys.values()), progress=True)
+                with self.phase("compute"):
+                    values = self.gather_outputs(client, compiled.output_keys, futures, compiled.sink_keys)
         elapsed = time.time() - started
+        collecting = time.perf_counter()
         drained = client.run(drain_records, run=self.token)
         events = [r for worker in drained.values() for r in worker["records"]]
         stats = {addr: {"ran_on": worker["ran_on"], **worker["memory"]} for addr, worker in drained.items()}
@@ -272,6 +288,8 @@ class Runner:
         report["totals"]["transfers_seen"] = len(received)
         report["restarted_devices"] = sorted(restarted)
         self._verify(report)
+        self.phases["collect records"] = time.perf_counter() - collecting
+        report["phases_seconds"] = dict(self.phases)
         written = self._write_outputs(values) if self.settings.write_outputs else ()
         if self.settings.report_path:
             self._write_report(report)
@@ -297,7 +315,8 @@ class Runner:
         from distributed import wait
 
         try:
-            results = client.gather([futures[k] for k in output_keys.values()])
+            # (no outputs: no gather, which would still cost a round trip)
+            results = client.gather([futures[k] for k in output_keys.values()]) if output_keys else []
             pending = [futures[k] for k in sinks if k in futures]
             wait(pending)
             for future in pending:
@@ -311,7 +330,8 @@ class Runner:
 
     def translate(self, exc: Exception) -> RunError:
         text = f"{type(exc).__name__}: {exc}"
-        key = next((k for k in self.key_owner if k in str(exc)), None)
+        # the longest key named: under kind naming one op's key can be the start of another's
+        key = max((k for k in self.key_owner if k in str(exc)), key=len, default=None)
         op = self.key_owner.get(key or "", "?")
         device = self.plan.placement(op).device_name if op != "?" else "?"
         if type(exc).__name__ == "NoValidWorkerError":
@@ -354,7 +374,8 @@ class Runner:
             slot["ops"] += 1
             slot["bytes"] += int(entry["output_bytes"] or 0)
         return {"format": 1, "name": self.spec.name, "file": self.spec.file, "run": self.token,
-                "backend": self.backend, "elapsed_seconds": elapsed, "ops": ops, "devices": devices,
+                "backend": self.backend, "task_names": {"naming": self.task_names, "why": self.task_names_why},
+                "elapsed_seconds": elapsed, "ops": ops, "devices": devices,
                 "placement": placement, "totals": {"ops": len(ops), "tasks": self.task_count,
                                                    "bytes_moved": moved, "moves": self.move_count}}
 
