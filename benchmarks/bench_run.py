@@ -3,8 +3,8 @@
 Both run on the same embedded cluster (one worker per device, started once for
 every size), in one process, with the same per-key resource restrictions, and
 both start from a scheduler address: the orchestrator side is everything after
-the plan (connect a client, register the device runtime, compile, submit,
-wait, drain the workers' records, verify placement); the hand-written side
+the plan, with ``run``'s defaults (connect a client, register the device runtime,
+compile, submit, wait, drain the workers' records, verify placement); the hand-written side
 connects its own client, builds the same chains as plain Dask tasks with the
 same resources, keys named the way Dask names them (``add-<token>-<i>``),
 and waits for them. The two alternate (which one goes first
@@ -47,9 +47,9 @@ def hand_written(address: str, plan, tag: str) -> float:  # type: ignore[no-unty
 
     started = time.perf_counter()
     tasks, resources = {}, {}
-    # Keys named as Dask names them (``add-<token>-<i>``: one task prefix per function), not one prefix per
-    # op as the orchestrator's ``<op name>-<token>`` makes: Dask keeps per-prefix state and metrics, and a
-    # prefix per op made the same graph take ~1.75x as long at 3k ops here.
+    # Keys named as Dask names them (``add-<token>-<i>``: one task prefix per function). Dask keeps per-prefix
+    # state on every worker, and a prefix per op made the same graph take ~1.75x as long at 3k ops here, which
+    # is why the orchestrator names the keys of plans this big by op kind too (orchestrator/keys.py).
     keys = {p.op: f"{'add' if plan.spec.op(p.op).inputs else 'ones'}-{tag}-{i}" for i, p in enumerate(plan.placements)}
     for p in plan.placements:
         op = plan.spec.op(p.op)
@@ -69,10 +69,15 @@ def hand_written(address: str, plan, tag: str) -> float:  # type: ignore[no-unty
     return time.perf_counter() - started
 
 
+PHASES: list[dict[str, float]] = []  # the orchestrator's own account of each timed run (report["phases_seconds"])
+
+
 def orchestrated(address: str, plan) -> float:  # type: ignore[no-untyped-def]
     started = time.perf_counter()
-    run_plan(plan, RunSettings(scheduler=address, write_outputs=False, progress=False), lambda _: None)
-    return time.perf_counter() - started
+    result = run_plan(plan, RunSettings(scheduler=address, write_outputs=False, progress=False), lambda _: None)
+    elapsed = time.perf_counter() - started
+    PHASES.append(dict(result.report["phases_seconds"]))
+    return elapsed
 
 
 def worker_cpu() -> float:
@@ -110,6 +115,7 @@ def measure(address: str, n_ops: int, repeats: int, meter: CpuMeter) -> dict[str
     workers: dict[str, list[float]] = {"ours": [], "theirs": []}
     sides = {"ours": lambda i: orchestrated(address, plan),
              "theirs": lambda i: hand_written(address, plan, uuid.uuid4().hex[:12])}
+    PHASES.clear()
     for i in range(repeats):
         for side in (("ours", "theirs") if i % 2 == 0 else ("theirs", "ours")):
             cpu0, workers0 = meter.read()
@@ -124,6 +130,7 @@ def measure(address: str, n_ops: int, repeats: int, meter: CpuMeter) -> dict[str
     return {"ops": n, "repeats": repeats, "orchestrator_s": o, "dask_s": t, "ratio": o / t,
             "orchestrator_ms_per_op": 1000 * o / n, "dask_ms_per_op": 1000 * t / n,
             "orchestrator_runs": wall["ours"], "dask_runs": wall["theirs"],
+            "orchestrator_phases_s": {k: median([p[k] for p in PHASES]) for k in PHASES[0]},
             "cpu": {"orchestrator_s": o_cpu, "dask_s": t_cpu, "ratio": o_cpu / t_cpu,
                     "orchestrator_client_scheduler_s": median(here["ours"]),
                     "dask_client_scheduler_s": median(here["theirs"]),
@@ -145,10 +152,9 @@ def main() -> int:
         hand_written(cluster.scheduler_address, warm, uuid.uuid4().hex[:12])
         for n, repeats in sizes:
             if deadline is not None and "1000" in results:
-                # fewer repeats of the big sizes rather than none when time is short. Estimated from 1k;
-                # Dask's cost per task grows with the graph's size here (10k: 2.5-4x the per-task time of 1k,
-                # on both sides: scheduler and client share this process's heap, and GC passes grow with it)
-                growth = 1 + (n / 1000 - 1) / 9 * 3
+                # fewer repeats of the big sizes rather than none when time is short. Estimated from 1k, with
+                # a margin: the cost per task stays about flat from 1k to 10k here (1.3 ms), but drifts with load
+                growth = 1.3
                 per_pair = n / 1000 * (results["1000"]["orchestrator_s"] + results["1000"]["dask_s"]) * growth
                 fit = int((deadline - time.perf_counter() - 10) // per_pair)
                 if fit < 1:
@@ -163,7 +169,9 @@ def main() -> int:
                   f"(goal <= 1.05) [medians of {repeats}]\n"
                   f"{'':>12}CPU: {c['orchestrator_s']:.2f} s vs {c['dask_s']:.2f} s, ratio {c['ratio']:.3f} "
                   f"(client+scheduler {c['orchestrator_client_scheduler_s']:.2f} vs {c['dask_client_scheduler_s']:.2f}; "
-                  f"workers {c['orchestrator_workers_s']:.2f} vs {c['dask_workers_s']:.2f})", flush=True)
+                  f"workers {c['orchestrator_workers_s']:.2f} vs {c['dask_workers_s']:.2f})\n"
+                  f"{'':>12}orchestrate run's phases: "
+                  + ", ".join(f"{k} {1000 * v:.0f} ms" for k, v in r["orchestrator_phases_s"].items()), flush=True)
             save(results)  # after every size: a run stopped by its time budget keeps what it measured
     finally:
         if meter is not None:
