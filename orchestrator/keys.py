@@ -44,9 +44,8 @@ def choose_task_names(plan: Plan, policy: str = "auto") -> tuple[TaskNames, str]
         raise ValueError(f"unknown task naming '{policy}' (choose one of {', '.join(POLICIES)})")
     count = len(plan.placements)
     if count <= OP_PREFIX_LIMIT:
-        return "op", f"{count} ops (at most {OP_PREFIX_LIMIT}: one dashboard group per op)"
-    return "kind", (f"{count} ops (more than {OP_PREFIX_LIMIT}: one dashboard group per op kind, "
-                    "as Dask's per-prefix bookkeeping grows with the number of groups)")
+        return "op", f"{count} ops, at most {OP_PREFIX_LIMIT}"
+    return "kind", f"{count} ops, more than {OP_PREFIX_LIMIT}; --task-names op to group by op"
 
 
 def kind_label(kind: str, params: Mapping[str, Any]) -> str:

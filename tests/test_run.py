@@ -264,12 +264,14 @@ def test_cli_run_writes_outputs_report_and_performance_report(tmp_path: Path) ->
     assert code == 0, text
     assert "Executing op MatMul in device /job:localhost/replica:0/task:0/device:GPU:1" in text
     assert "dashboard: http://127.0.0.1:" in text
+    assert "(task stream grouped by op name: 6 ops, at most 64)" in text
     assert "placement summary:" in text and "placement verified against the plan" in text
     np.testing.assert_allclose(np.load(tmp_path / "results" / "quickstart.npy"), 0.5 * 2 * (A @ B))
     report = json.loads((tmp_path / "run.json").read_text())
     assert {"name", "op", "planned_device", "worker", "start", "duration", "output_bytes", "retries"} <= set(
         report["ops"][0])
     assert report["totals"]["ops"] == 6
+    assert report["task_names"]["naming"] == "op" and report["phases_seconds"]["compute"] > 0
     assert any(d["peak_bytes_seen"] for d in report["devices"] if "GPU" in d["device"])
     assert "<html" in (tmp_path / "perf.html").read_text()[:2000].lower()
 

@@ -233,7 +233,7 @@ class Runner:
                           f"{self.backend_why})")
                 if link:
                     grouped = "op name" if self.task_names == "op" else "op kind"
-                    self.echo(f"dashboard: {link} (tasks grouped by {grouped}: {self.task_names_why})")
+                    self.echo(f"dashboard: {link} (task stream grouped by {grouped}: {self.task_names_why})")
                 with self.phase("prepare workers"):
                     self.wait_for_devices(client)
                     runtime = DeviceRuntimePlugin(device_configs(self.spec.cluster, self.backend))
