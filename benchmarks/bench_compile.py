@@ -15,7 +15,6 @@ beside them. Medians of 3 (10k) and 1 (100k) repeats.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, os.path.dirname(__file__))
-from specgen import chain_spec, median, write_spec  # noqa: E402
+from specgen import chain_spec, median, save_result, write_spec  # noqa: E402
 
 from orchestrator.compile import compile_plan  # noqa: E402
 from orchestrator.perf import paused_gc  # noqa: E402
@@ -111,9 +110,7 @@ def main() -> int:
 
 
 def save(results: dict[str, Any]) -> None:
-    os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
-    with open(os.path.join(os.path.dirname(__file__), "results", "compile.json"), "w") as handle:
-        json.dump(results, handle, indent=2)
+    save_result("compile.json", results)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ drops the previous one, so memory must stay flat however many steps run.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import multiprocessing.synchronize
 import os
@@ -81,10 +80,11 @@ def main() -> int:
     print(f"iterate of {steps} steps in {elapsed:.1f} s ({1000 * elapsed / steps:.2f} ms/step): client RSS "
           f"{at_100 / 2**20:.1f} MiB after 100 steps, {at_end / 2**20:.1f} MiB at the end: "
           f"{100 * growth:+.1f}% (goal: within ±20%)")
-    os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
-    with open(os.path.join(os.path.dirname(__file__), "results", "loop_memory.json"), "w") as handle:
-        json.dump({"steps": steps, "seconds": elapsed, "rss_after_100": at_100, "rss_end": at_end,
-                   "growth": growth, "samples": samples}, handle, indent=2)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from specgen import save_result
+
+    save_result("loop_memory.json", {"steps": steps, "seconds": elapsed, "rss_after_100": at_100, "rss_end": at_end,
+                                     "growth": growth, "samples": samples})
     return 0
 
 

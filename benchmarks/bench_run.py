@@ -17,7 +17,6 @@ moves much less with other processes' load than wall time does.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -28,7 +27,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from specgen import budget_deadline, chain_spec, median, write_spec  # noqa: E402
+from specgen import budget_deadline, chain_spec, median, save_result, write_spec  # noqa: E402
 
 from orchestrator.api import plan_file  # noqa: E402
 from orchestrator.execute.cluster import EmbeddedCluster  # noqa: E402
@@ -181,9 +180,7 @@ def main() -> int:
 
 
 def save(results: dict[str, Any]) -> None:
-    os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
-    with open(os.path.join(os.path.dirname(__file__), "results", "run_overhead.json"), "w") as handle:
-        json.dump(results, handle, indent=2)
+    save_result("run_overhead.json", results)
 
 
 if __name__ == "__main__":

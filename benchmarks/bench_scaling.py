@@ -30,7 +30,6 @@ but can never beat 2x. Goal: 2 devices ÷ 1 device >= 1.7.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -38,7 +37,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from specgen import median, write_spec  # noqa: E402
+from specgen import median, save_result, write_spec  # noqa: E402
 
 from orchestrator.api import plan_file  # noqa: E402
 from orchestrator.execute.cluster import EmbeddedCluster  # noqa: E402
@@ -199,13 +198,12 @@ def main() -> int:
         print(f"  {c['devices']} device(s): speed-up {c['speedup']:.2f}x (wall {c['speedup_wall']:.2f}x){note}")
     print(f"2 devices ÷ 1 device: {two['speedup']:.2f}x on compute (goal >= 1.7); {two['speedup_wall']:.2f}x on wall "
           f"time of run_plan; {two['speedup'] / (raw1 / raw2):.2f} of what plain NumPy processes get here")
-    os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
-    with open(os.path.join(os.path.dirname(__file__), "results", "scaling.json"), "w") as handle:
-        json.dump({"n": N, "rows": ROWS, "cores": os.cpu_count(), "runs": runs, "curve": curve,
-                   "speedup_2_over_1": two["speedup"], "speedup_2_over_1_wall": two["speedup_wall"],
-                   "raw_numpy": {"one_process_s": raw1, "two_processes_s": raw2, "speedup": raw1 / raw2,
-                                 "one_process_runs": raw[1], "two_processes_runs": raw[2]},
-                   "of_machine_ceiling": two["speedup"] / (raw1 / raw2)}, handle, indent=2)
+    save_result("scaling.json", {
+        "n": N, "rows": ROWS, "cores": os.cpu_count(), "runs": runs, "curve": curve,
+        "speedup_2_over_1": two["speedup"], "speedup_2_over_1_wall": two["speedup_wall"],
+        "raw_numpy": {"one_process_s": raw1, "two_processes_s": raw2, "speedup": raw1 / raw2,
+                      "one_process_runs": raw[1], "two_processes_runs": raw[2]},
+        "of_machine_ceiling": two["speedup"] / (raw1 / raw2)})
     return 0
 
 

@@ -11,7 +11,6 @@ Shutdown is timed separately and not part of the ratio. Goal: ratio <= 1.1.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -19,7 +18,7 @@ import time
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(__file__))
-from specgen import median, write_spec  # noqa: E402
+from specgen import median, save_result, write_spec  # noqa: E402
 
 from orchestrator.api import plan_file  # noqa: E402
 
@@ -93,9 +92,7 @@ def main() -> int:
               f"{r['local_s']:.2f} s | ratio {r['ratio']:.3f} (goal <= 1.1)  [medians of {repeats}; "
               f"shutdown {r['embedded_close_s']:.2f} / {r['local_close_s']:.2f} s]")
     results = {"configs": configs_out, "ratio": max(r["ratio"] for r in configs_out.values())}
-    os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
-    with open(os.path.join(os.path.dirname(__file__), "results", "startup.json"), "w") as handle:
-        json.dump(results, handle, indent=2)
+    save_result("startup.json", results)
     return 0
 
 

@@ -11,7 +11,6 @@ value (for NumPy arrays: ``nbytes``). Goal: 1.00 for every spec.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -19,7 +18,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from specgen import write_spec  # noqa: E402
+from specgen import save_result, write_spec  # noqa: E402
 
 from orchestrator.api import plan_file  # noqa: E402
 from orchestrator.execute.run import RunSettings, run_plan  # noqa: E402
@@ -231,9 +230,7 @@ def main() -> int:
                "value_bytes_moved": values, "value_ratio": values / minimum}
     print(f"     total: moved {moved / MIB:.3f} MiB, minimum {minimum / MIB:.3f} MiB: ratio {moved / minimum:.4f}, "
           f"worst spec {worst:.4f}; arrays alone {values / minimum:.4f} (goal 1.00)")
-    os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
-    with open(os.path.join(os.path.dirname(__file__), "results", "transfers.json"), "w") as handle:
-        json.dump({"specs": results, "summary": summary}, handle, indent=2)
+    save_result("transfers.json", {"specs": results, "summary": summary})
     return 0
 
 

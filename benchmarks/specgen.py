@@ -45,6 +45,19 @@ def chain_spec(n_ops: int, chains: int = 100, replicate_every: int = 0, devices:
     return "\n".join(lines) + "\n"
 
 
+def save_result(name: str, data: object) -> str:
+    """Write ``benchmarks/results/<name>`` as JSON, atomically: a run stopped midway leaves the last one whole."""
+    import json
+
+    from orchestrator.atomic import atomic_open
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with atomic_open(path, "w") as handle:
+        json.dump(data, handle, indent=2)
+    return path
+
+
 def write_spec(path: str, text: str) -> str:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as handle:

@@ -169,7 +169,6 @@ def test_worker_env_threads_and_visible_gpus(tmp_path: Path) -> None:
 
 def test_missing_device_fails_fast(tmp_path: Path) -> None:
     """A remote cluster lacking a device: the run fails naming it, well within 10 s."""
-    from distributed import Client
 
     from orchestrator.execute.cluster import EmbeddedCluster
 
