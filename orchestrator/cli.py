@@ -16,6 +16,7 @@ from typing import Callable, Sequence, TextIO
 from . import api, report
 from .atomic import write_bytes, write_text
 from .errors import OrchestratorError, UsageError
+from .keys import OP_PREFIX_LIMIT, POLICIES
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -72,9 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long to wait for the devices of a remote cluster (default 30)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar (default: on a terminal)")
-    p.add_argument("--task-names", choices=["auto", "op", "kind"], default="auto",
-                   help="how the dashboard groups tasks: by op name, or by op kind; auto: by name up to "
-                        "64 ops, by kind above (Dask's bookkeeping grows with the number of groups)")
+    p.add_argument("--task-names", choices=POLICIES, default="auto",
+                   help=f"how the dashboard groups tasks: by op name, or by op kind; auto: by name up to "
+                        f"{OP_PREFIX_LIMIT} ops, by kind above (Dask's bookkeeping grows with the number of groups)")
     _add_tls_flags(p)
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_run)

@@ -9,8 +9,8 @@ progress bars and the "Groups" view count by it. Two naming policies:
 * ``kind``: keys start with the op's kind (``add-<run>-towers/1/c``), as
   Dask names tasks by their function; the op's name is still in the key.
 
-``auto`` (the default) names by op when the graph has at most
-:data:`OP_PREFIX_LIMIT` distinct op names, and by kind above that. Why a
+``auto`` (the default) names by op when the plan has at most
+:data:`OP_PREFIX_LIMIT` ops (a loop's body counts once), and by kind above. Why a
 limit: every Dask worker keeps a counter per (prefix, state) of the tasks it
 holds, and walks all of them on each batch of transitions (distributed's
 ``TaskCounter``; see dask/distributed#7288, which moved it from groups to
@@ -18,9 +18,10 @@ prefixes for the same reason). A prefix per op makes that walk as long as
 the worker's task list, so a run's cost grows with the square of its op
 count: on this project's 2-core benchmark machine, 3,000 tiny ops took 6.1 s
 with a prefix per op against 3.6 s with a prefix per kind, and 10k ops 3.6
-times as long. With up to 64 prefixes the walk stayed within the noise
-(benchmarks/README.md), and a task stream of more colours than that no
-longer tells ops apart anyway.
+times as long. With up to 64 prefixes over the same 3,000 ops the walk
+stayed within the noise (16: no cost, 256: about +25%; measured when this
+limit was chosen, see docs/running.md), and a task stream of more colours
+than that no longer tells ops apart anyway.
 """
 
 from __future__ import annotations

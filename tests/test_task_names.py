@@ -94,6 +94,15 @@ def test_run_groups_tasks_on_the_scheduler_as_the_policy_says(tmp_path: Path) ->
     plan = _chain_plan(tmp_path, OP_PREFIX_LIMIT + 6)
     cluster = EmbeddedCluster(plan.spec.cluster, None).start()
     try:
+        # a runtime plugin only sets up the workers its spec names: another spec's workers are left alone
+        task0, task1 = (d.name for d in plan.spec.cluster.devices)
+        foreign = DeviceRuntimePlugin({task0: DeviceConfig(task0, "CPU", "host")})
+        with Client(cluster.scheduler_address, set_as_default=False) as client:
+            client.register_plugin(foreign, name=foreign.plugin_name())
+            has_runtime = client.run(lambda dask_worker: (str(dask_worker.name),
+                                                          hasattr(dask_worker, "orchestrator_runtime")))
+        assert sorted(has_runtime.values()) == sorted([(task0, True), (task1, False)])
+
         settings = RunSettings(scheduler=cluster.scheduler_address, write_outputs=False, progress=False)
         result = run_plan(plan, settings, lambda _: None)
         assert result.report["task_names"]["naming"] == "kind"
@@ -114,3 +123,36 @@ def test_run_groups_tasks_on_the_scheduler_as_the_policy_says(tmp_path: Path) ->
     finally:
         cluster.close()
 
+
+
+LOOP = """\
+version: 1
+cluster:
+  jobs:
+    localhost: {gpus: 1}
+graph:
+  - {name: x0, op: zeros, shape: [4], device: /cpu:0}
+  - {name: inc, op: ones, shape: [4], device: /cpu:0}
+  - name: loop
+    iterate:
+      steps: 7
+      window: 3
+      state: {x: x0}
+      body:
+        - {name: x_next, op: add, inputs: [x, inc], device: /gpu:0}
+      update: {x: x_next}
+outputs:
+  loop.x: "-"
+"""
+
+
+@pytest.mark.cluster
+def test_a_loop_with_moves_runs_under_kind_names(tmp_path: Path) -> None:
+    """Staged windows, a value moved to the GPU once and reused every step, all keys named by kind."""
+    (tmp_path / "loop.yaml").write_text(LOOP)
+    result = run_plan(plan_file(tmp_path / "loop.yaml"), RunSettings(write_outputs=False, progress=False,
+                                                                     task_names="kind"), lambda _: None)
+    assert result.report["task_names"]["naming"] == "kind"
+    assert result.values["loop.x"].tolist() == [7.0] * 4
+    # x0 crosses to the GPU once (step 0), inc once for all 7 steps: kind names keep moves shared
+    assert result.report["totals"]["moves"] == 2
