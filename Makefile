@@ -3,13 +3,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench lint clean
+.PHONY: run test bench lint wheel-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --upgrade pip 'setuptools>=68' wheel
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
@@ -28,5 +28,18 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
+# A normal install, as remote workers and containers do it: build the wheel, install it
+# into a fresh venv, run the quickstart from outside the source tree.
+WHEEL_VENV := build/wheel-venv
+
+wheel-check: $(STAMP)
+	rm -rf dist $(WHEEL_VENV) build/wheel-run
+	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w dist .
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install --quiet dist/orchestrator-*.whl
+	mkdir -p build/wheel-run
+	cd build/wheel-run && ../wheel-venv/bin/orchestrate run $(CURDIR)/examples/quickstart.yaml --output-dir .
+	cd build/wheel-run && ../wheel-venv/bin/orchestrate worker $(CURDIR)/examples/towers.yaml --job localhost --task 0 --dask-commands
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -48,7 +48,7 @@ MAX_SIZE = 2**63 - 1
 
 @lru_cache(maxsize=1)
 def schema_text() -> str:
-    return resources.files("orchestrator").joinpath("spec.schema.json").read_text(encoding="utf-8")
+    return resources.files("orchestrator.schemas").joinpath("spec.schema.json").read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=1)

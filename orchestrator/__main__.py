@@ -1,0 +1,5 @@
+"""``python -m orchestrator``: the ``orchestrate`` command."""
+
+from .cli import main
+
+main()
