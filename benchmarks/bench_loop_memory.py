@@ -61,7 +61,7 @@ def main() -> int:
     server.start()
     address = queue.get(timeout=120)
     from orchestrator.api import plan_file
-    from orchestrator.execute.run import RunSettings, run_plan
+    from orchestrator.api import RunSettings, run_plan
 
     samples: dict[int, int] = {}
 

@@ -31,7 +31,7 @@ from specgen import budget_deadline, chain_spec, median, save_result, write_spec
 
 from orchestrator.api import plan_file  # noqa: E402
 from orchestrator.execute.cluster import EmbeddedCluster  # noqa: E402
-from orchestrator.execute.run import RunSettings, run_plan  # noqa: E402
+from orchestrator.api import RunSettings, run_plan  # noqa: E402
 
 
 def hand_written(address: str, plan, tag: str) -> float:  # type: ignore[no-untyped-def]

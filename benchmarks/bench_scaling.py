@@ -41,7 +41,7 @@ from specgen import median, save_result, write_spec  # noqa: E402
 
 from orchestrator.api import plan_file  # noqa: E402
 from orchestrator.execute.cluster import EmbeddedCluster  # noqa: E402
-from orchestrator.execute.run import RunSettings, run_plan  # noqa: E402
+from orchestrator.api import RunSettings, run_plan  # noqa: E402
 
 N = 2000
 ROWS = 4800  # divisible by 1, 2, 3 and 4

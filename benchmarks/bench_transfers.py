@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from specgen import save_result, write_spec  # noqa: E402
 
 from orchestrator.api import plan_file  # noqa: E402
-from orchestrator.execute.run import RunSettings, run_plan  # noqa: E402
+from orchestrator.api import RunSettings, run_plan  # noqa: E402
 
 MIB = 2**20
 

@@ -1,28 +1,35 @@
 """The public Python API: compose the stages, nothing else.
 
-    load -> validate -> place -> memory      (check_file, plan_file)
+    load -> validate -> place -> memory                  (check_file, plan_file)
+    ... -> compile -> execute                            (run_file, run_plan)
+    the device workers of one task of a remote cluster   (select_worker_task, serve_worker, worker_commands)
 
 ``check_file`` never raises for a bad spec: it returns every diagnostic.
 ``plan_file`` raises :class:`~orchestrator.errors.SpecError` when the spec
-has errors. Neither imports user code nor starts a cluster.
+has errors. Neither imports user code nor starts a cluster; the execution
+stage (and with it ``distributed``) is imported only by the functions that run.
+The command line (``orchestrate``) calls nothing but this module.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from .errors import Diagnostic, SpecError
 from .load import load_file
 from .memory import plan_memory
-from .model import Plan, Spec
+from .model import Plan, RunResult, RunSettings, Spec
 from .perf import paused_gc
 from .place import place
-from .validate import validate
+from .validate import schema_text, validate
 
 if TYPE_CHECKING:
-    from .execute.run import RunResult, RunSettings
+    from .execute.worker import TaskWorkers
+
+__all__ = ["Checked", "RunResult", "RunSettings", "check_file", "plan_file", "run_file", "run_plan", "schema_text",
+           "select_worker_task", "serve_worker", "validate_file", "worker_commands"]
 
 
 @dataclass(frozen=True)
@@ -75,17 +82,51 @@ def plan_file(path: str | os.PathLike[str], display_name: str | None = None) -> 
     return checked.plan
 
 
-def run_file(path: str | os.PathLike[str], settings: "RunSettings | None" = None, *,
-             echo: "Callable[[str], None] | None" = None, **overrides: object) -> "RunResult":
+def run_plan(plan: Plan, settings: RunSettings | None = None,
+             echo: Callable[[str], None] | None = None) -> RunResult:
+    """Run a plan on the cluster its spec (or ``settings``) names; its values and run report."""
+    from .execute.run import run_plan as execute
+
+    return execute(plan, settings, echo)
+
+
+def run_file(path: str | os.PathLike[str], settings: RunSettings | None = None, *,
+             echo: Callable[[str], None] | None = None, **overrides: object) -> RunResult:
     """Check, plan and run a spec; return its values and run report.
 
-    ``overrides`` are fields of :class:`~orchestrator.execute.run.RunSettings`
+    ``overrides`` are fields of :class:`~orchestrator.model.RunSettings`
     (``scheduler``, ``output_dir``, ``report_path``, ``keep_alive``, ...).
     """
     from dataclasses import replace as _replace
 
-    from .execute.run import RunSettings, run_plan
-
     plan = plan_file(path)
     chosen = _replace(settings or RunSettings(), **overrides)  # type: ignore[arg-type]
     return run_plan(plan, chosen, echo)
+
+
+def select_worker_task(spec: Spec, job: str, task: int, gpus: Sequence[int] | None = None) -> "TaskWorkers":
+    """The devices of ``/job:job/task:task`` (``gpus``: this machine's physical GPUs for its GPU devices)."""
+    from .execute.worker import select_task
+
+    return select_task(spec.cluster, job, task, gpus)
+
+
+def worker_commands(spec: Spec, selected: "TaskWorkers", scheduler: str, tls: Mapping[str, str | None]) -> list[str]:
+    """The ``dask worker`` command of each device of ``selected`` (for dask-jobqueue, Kubernetes, ...)."""
+    from .execute.security import scheduler_address, tls_files
+    from .execute.worker import dask_worker_commands
+
+    files = tls_files(spec.cluster.tls, spec.document.directory, tls.get("ca_file"), tls.get("cert"), tls.get("key"))
+    return dask_worker_commands(selected, scheduler_address(scheduler, files), files)
+
+
+def serve_worker(spec: Spec, selected: "TaskWorkers", scheduler: str, tls: Mapping[str, str | None], *,
+                 host: str | None = None, timeout: float = 30.0, echo: Callable[[str], None] = print,
+                 warn: Callable[[str], None] = print, verbose: bool = False) -> int:
+    """Start the task's device workers, connected to ``scheduler``; serve until a signal. The exit code."""
+    from .execute.security import make_security, scheduler_address, tls_files
+    from .execute.worker import serve_task
+
+    files = tls_files(spec.cluster.tls, spec.document.directory, tls.get("ca_file"), tls.get("cert"), tls.get("key"))
+    return serve_task(selected, scheduler_address(scheduler, files), host=host, security=make_security(files),
+                      timeout=timeout, echo=echo, warn=warn, verbose=verbose)

@@ -172,40 +172,34 @@ def _write_dot(target: str, dot_source: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    from .execute.run import RunSettings, run_plan
-
     checked = _checked(args.file)
     if checked is None:
         return EXIT_INVALID
-    settings = RunSettings(scheduler=args.scheduler, keep_alive=args.keep_alive, output_dir=args.output_dir,
+    settings = api.RunSettings(scheduler=args.scheduler, keep_alive=args.keep_alive, output_dir=args.output_dir,
                            report_path=args.report, performance_report=args.performance_report,
                            progress=args.progress, gpu_backend=args.gpu_backend,
                            wait_for_workers=args.wait_for_workers, tls_ca_file=args.tls_ca_file,
                            tls_cert=args.tls_cert, tls_key=args.tls_key, task_names=args.task_names)
-    result = run_plan(checked.plan, settings, lambda text: (out.write(text + "\n"), out.flush()))
+    result = api.run_plan(checked.plan, settings, lambda text: (out.write(text + "\n"), out.flush()))
     out.write(report.placement_summary(result.report))
     return EXIT_OK
 
 
 def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
-    from .execute.security import make_security, scheduler_address, tls_files
-    from .execute.worker import dask_worker_commands, select_task, serve_task
-
     checked = _checked(args.file)
-    if checked is None:
+    if checked is None or checked.spec is None:
         return EXIT_INVALID
     spec = checked.spec
-    selected = select_task(spec.cluster, args.job, args.task, args.gpus)
-    files = tls_files(spec.cluster.tls, spec.document.directory, args.tls_ca_file, args.tls_cert, args.tls_key)
+    selected = api.select_worker_task(spec, args.job, args.task, args.gpus)
+    tls = {"ca_file": args.tls_ca_file, "cert": args.tls_cert, "key": args.tls_key}
     address = args.scheduler or spec.cluster.scheduler
     if address in ("local", "", None):
         if not args.dask_commands:
             raise UsageError("orchestrate worker: --scheduler ADDRESS is required "
                              "(the spec's cluster.scheduler is 'local')")
         address = "SCHEDULER_ADDRESS"
-    address = scheduler_address(address, files)
     if args.dask_commands:
-        for command in dask_worker_commands(selected, address, files):
+        for command in api.worker_commands(spec, selected, address, tls):
             out.write(command + "\n")
         return EXIT_OK
 
@@ -217,15 +211,14 @@ def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
         sys.stderr.write(text + "\n")
         sys.stderr.flush()
 
-    return serve_task(selected, address, host=args.host, security=make_security(files), timeout=args.timeout,
-                      echo=echo, warn=warn, verbose=args.debug)
+    return api.serve_worker(spec, selected, address, tls, host=args.host, timeout=args.timeout, echo=echo,
+                            warn=warn, verbose=args.debug)
 
 
 def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
-    from .validate import schema_text
-
-    out.write(schema_text())
-    if not schema_text().endswith("\n"):
+    text = api.schema_text()
+    out.write(text)
+    if not text.endswith("\n"):
         out.write("\n")
     return EXIT_OK
 

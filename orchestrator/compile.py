@@ -29,23 +29,17 @@ from __future__ import annotations
 
 import operator
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Collection, Mapping
 
 from dask.task_spec import Task, TaskRef
 
 from .devices import ANY, DeviceSpec
-from .execute.cluster import device_resource, task_resource
-from .execute.runtime import OpTask, move, run_op, to_host
-from .execute.runtime import token as control_token
 from .keys import KeyNamer, TaskNames
-from .model import OpRef, Plan
-
-
-def resources_for(device: DeviceSpec) -> dict[str, float]:
-    if device.device_index == ANY:
-        return {"GPU": 1, task_resource(device): 1}
-    return {device_resource(device.to_string()): 1}
+from .model import CompiledGraph, CompiledWindow, Located, Loop, OpRef, Plan
+from .ops import lookup
+from .tasks import OpTask, move, resources_for, run_op, to_host
+from .tasks import token as control_token
 
 
 def _short(device: DeviceSpec) -> str:
@@ -53,30 +47,14 @@ def _short(device: DeviceSpec) -> str:
 
 
 @dataclass(frozen=True)
-class Located:
-    """A value already placed: its Dask key, the device holding it, and for output i of a
-    multi-output op, ``index`` i (the key then holds the whole tuple)."""
+class CompileOptions:
+    """What every graph of one run shares: its token, directories and key naming."""
 
-    key: str
-    device: DeviceSpec
-    index: int | None = None
-
-
-@dataclass(frozen=True)
-class CompiledGraph:
-    """A Dask graph plus what the runner needs to read it back."""
-
-    graph: Any  # dask.highlevelgraph.HighLevelGraph
-    tasks: Mapping[str, Any]
-    values: Mapping[str, Located]  # "op" / "op:i" (and "op@step" in loops) -> where that value is
-    output_keys: Mapping[str, str]  # output ref -> key to gather (host-side value)
-    resources: Mapping[str, Mapping[str, float]]
-    retries: Mapping[str, int]
-    key_owner: Mapping[str, str]  # key -> op it belongs to (for errors naming the op)
     token: str
-    moves: Mapping[tuple[str, str], str] = field(default_factory=dict)  # (source key, device) -> move key
-    sink_keys: tuple[str, ...] = ()  # ops nothing else waits for: computed, waited for, not fetched
-    transfers: int = 0  # values sent to another device (through a move task or as a direct dependency)
+    base_dir: str = "."  # the spec's directory: load and call ops read from here
+    out_dir: str | None = None  # save ops write here (default: base_dir)
+    task_names: TaskNames = "op"
+    host_outputs: bool = False  # outputs are device arrays (CuPy): copy them to the host before fetching
 
 
 Resolve = Callable[[OpRef], Located]
@@ -164,17 +142,25 @@ class GraphBuilder:
             if done_key not in self.tasks:
                 self.add(done_key, Task(done_key, control_token, TaskRef(producer.key)), producer.device, name, 0)
             args.append(TaskRef(done_key))
-        params = op.params
-        if op.kind == "save":
-            params = {**params, "path": os.path.join(self.out_dir, str(params["path"]))}
-        payload = OpTask(
-            name=op.name, kind=op.kind, params=params, n_inputs=len(op.inputs), run=self.token, step=step,
-            input_keys=op.input_keys, timeout=op.timeout if op.timeout is not None else self.default_timeout,
-            log=self.log, base_dir=self.base_dir if op.kind in _READS_FILES else "", outputs=op.outputs,
-            input_index=indices if indices.count(None) != len(indices) else ())
+        payload = self.op_task(op_name, step, indices)
         key = self.names.op(op.name, op.kind, op.params, suffix)
         self.add(key, Task(key, run_op, payload, *args), device, op.name, n_retries)
         return Located(key, device)
+
+    def op_task(self, op_name: str, step: int, indices: tuple[int | None, ...] = ()) -> OpTask:
+        """The payload of one op: what its kernel needs on the worker, paths resolved as the op declares."""
+        op = self.spec.op(op_name)
+        definition = lookup(op.kind)
+        params = op.params
+        if definition is not None and definition.writes:
+            params = {**params, **{p: os.path.join(self.out_dir, str(params[p])) for p in definition.writes
+                                   if p in params}}
+        needs_dir = definition is not None and definition.needs_base_dir
+        return OpTask(
+            name=op.name, kind=op.kind, params=params, n_inputs=len(op.inputs), run=self.token, step=step,
+            input_keys=op.input_keys, timeout=op.timeout if op.timeout is not None else self.default_timeout,
+            log=self.log, base_dir=self.base_dir if needs_dir else "", outputs=op.outputs,
+            input_index=indices if indices.count(None) != len(indices) else ())
 
     def to_host(self, value: Located, ref: OpRef) -> str:
         value = self.materialize(value, ref)
@@ -240,9 +226,6 @@ def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool
     return builder.build(values, output_keys, sinks)
 
 
-_READS_FILES = frozenset({"load", "call"})  # the ops that need the spec's directory on the worker
-
-
 def _readers(plan: Plan) -> dict[tuple[str, str], int]:
     """How many ops on each device read each value: one reader needs no move task."""
     spec = plan.spec
@@ -262,3 +245,100 @@ class _Lookup:
 
     def __call__(self, key: str) -> Any:
         return self.table.get(key, self.default)
+
+
+# --------------------------------------------------------------------------- loops
+
+
+@dataclass(frozen=True)
+class LoopState:
+    """Where a loop stands between windows: what the driver keeps, and what the next window reads."""
+
+    carried: Mapping[str, Located]  # state variable -> its current value
+    known: Mapping[str, Located]  # values outside the loop (computed before it)
+    outer_moves: Mapping[tuple[str, str], str]  # outer values already moved to a device, by earlier windows
+
+
+def loop_start(plan: Plan, loop: Loop, known: Mapping[str, Located]) -> LoopState:
+    """The state before a loop's first step: each state variable is its initial value."""
+    return LoopState({var.name: lookup_value(known, var.init) for var in loop.state}, dict(known), {})
+
+
+def compile_window(plan: Plan, loop: Loop, start: int, state: LoopState, options: CompileOptions) -> CompiledWindow:
+    """Steps ``start`` .. ``start + window - 1`` of ``loop`` as one graph.
+
+    Step s reads the carried state of step s−1 (inside the window, or from the
+    previous window by key). Outer values reach the loop's devices through
+    moves made once and reused by every later window (``persistent_moves``).
+    """
+    spec = plan.spec
+    body = set(loop.body)
+    order = [p.op for p in plan.placements if p.op in body]
+    state_of = {var.placeholder: var for var in loop.state}
+    read_in_body = {ref.op for name in order for ref in spec.op(name).inputs} | \
+        {a for name in order for a in spec.op(name).after}
+    ends = {var.update.op for var in loop.state} | {ref.op for _, ref in loop.metrics}
+    body_sinks = [n for n in order if n not in read_in_body and n not in ends and n not in state_of]
+    outer_keys = {located.key for located in state.known.values()}
+    index = spec.loops.index(loop)
+    builder = GraphBuilder(plan, options.token, options.base_dir, suffix=f"-{options.token}-L{index}w{start}",
+                           known_moves=state.outer_moves, shared_keys=outer_keys, out_dir=options.out_dir,
+                           task_names=options.task_names)
+    carried = dict(state.carried)
+    metric_keys: list[tuple[str, ...]] = []
+    sink_keys: list[str] = []
+    last = min(loop.steps, start + loop.window)
+    for step in range(start, last):
+        suffix = f"-{options.token}-{step}"
+        values: dict[str, Located] = {}
+
+        def resolve(ref: OpRef, values: dict[str, Located] = values) -> Located:
+            if ref.op in body:
+                return builder.item(values[ref.op], ref)
+            return lookup_value(state.known, ref, builder)
+
+        for name in order:
+            var = state_of.get(name)
+            if var is not None:
+                # the carried value is read where it lives; readers elsewhere get it moved
+                values[name] = carried[var.name]
+                continue
+            values[name] = builder.add_op(name, resolve, step=step, suffix=suffix)
+        carried = {var.name: resolve(var.update) for var in loop.state}
+        metric_keys.append(tuple(builder.materialize(resolve(ref), ref).key for _, ref in loop.metrics))
+        sink_keys += [values[n].key for n in body_sinks]
+    compiled = builder.build({}, {})
+    persistent = {pair: key for pair, key in compiled.moves.items() if pair[0] in outer_keys}
+    return CompiledWindow(compiled, carried, tuple(metric_keys), tuple(sink_keys), persistent, last)
+
+
+def after_window(state: LoopState, window: CompiledWindow) -> LoopState:
+    """The loop's state once ``window`` is submitted: its carried values, the outer moves it made."""
+    return LoopState(window.carried, state.known, {**state.outer_moves, **window.persistent_moves})
+
+
+def lookup_value(known: Mapping[str, Located], ref: OpRef, builder: GraphBuilder | None = None) -> Located:
+    """Where ``ref`` is among values computed earlier; output i of a tuple is read in place."""
+    text = str(ref)
+    if text in known:
+        return known[text]
+    if builder is None or ref.op not in known:
+        raise KeyError(f"value '{text}' is not available here")
+    return builder.item(known[ref.op], ref)
+
+
+def compile_fetch(plan: Plan, values: Mapping[str, Located], options: CompileOptions) -> CompiledGraph | None:
+    """A last small graph making values fetchable by the client, or None when they already are.
+
+    An output of a tuple is cut out on its device; on CuPy a device array is
+    copied to the host first. ``output_keys`` maps each ref to the key to gather.
+    """
+    if not options.host_outputs and all(v.index is None for v in values.values()):
+        return None
+    builder = GraphBuilder(plan, options.token, options.base_dir, suffix=f"-{options.token}-out",
+                           task_names=options.task_names)
+    wanted: dict[str, str] = {}
+    for text, located in values.items():
+        ref = OpRef.parse(text)
+        wanted[text] = builder.to_host(located, ref) if options.host_outputs else builder.materialize(located, ref).key
+    return builder.build({}, wanted)

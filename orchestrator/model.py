@@ -2,8 +2,9 @@
 
 Stages depend on these types and never on each other: ``load`` makes a
 :class:`Document`, ``validate`` turns it into a :class:`Spec`, ``place`` makes a
-:class:`Plan`, ``compile`` a :class:`CompiledGraph`, ``execute`` a
-:class:`RunResult`.
+:class:`Plan`, ``compile`` a :class:`CompiledGraph` (a loop window: a
+:class:`CompiledWindow`), ``execute`` a :class:`RunResult` carrying a
+:class:`RunReport`, run as :class:`RunSettings` say.
 """
 
 from __future__ import annotations
@@ -410,3 +411,182 @@ class Plan:
             cache = {p.op: p for p in self.placements}
             object.__setattr__(self, "_placement_index", cache)
         return cache[op]
+
+
+# --------------------------------------------------------------------------- compiled graphs
+
+
+@dataclass(frozen=True)
+class Located:
+    """A value already placed: its Dask key, the device holding it, and for output i of a
+    multi-output op (or a value a partition returns beside others), ``index`` i (the key then
+    holds the whole tuple)."""
+
+    key: str
+    device: DeviceSpec
+    index: int | None = None
+
+
+@dataclass(frozen=True)
+class CompiledGraph:
+    """A Dask graph plus what the runner needs to read it back."""
+
+    graph: Any  # dask.highlevelgraph.HighLevelGraph
+    tasks: Mapping[str, Any]
+    values: Mapping[str, Located]  # "op" / "op:i" -> where that value is
+    output_keys: Mapping[str, str]  # output ref -> key to gather (host-side value)
+    resources: Mapping[str, Mapping[str, float]]
+    retries: Mapping[str, int]
+    key_owner: Mapping[str, str]  # key -> op it belongs to (for errors naming the op)
+    token: str
+    moves: Mapping[tuple[str, str], str] = field(default_factory=dict)  # (source key, device) -> move key
+    sink_keys: tuple[str, ...] = ()  # ops nothing else waits for: computed, waited for, not fetched
+    transfers: int = 0  # values sent to another device (through a move task or as a direct dependency)
+
+
+@dataclass(frozen=True)
+class CompiledWindow:
+    """One window of a loop's steps, compiled: its graph and where the loop stands after it."""
+
+    graph: CompiledGraph
+    carried: Mapping[str, Located]  # state variable -> its value after the window's last step
+    metric_keys: tuple[tuple[str, ...], ...]  # per step: one key per metric, in the loop's order
+    sink_keys: tuple[str, ...]  # body ops nothing reads (a save in the body): waited for
+    persistent_moves: Mapping[tuple[str, str], str]  # moves of outer values, reused by later windows
+    last_step: int  # the number of steps done once this window is
+
+
+# --------------------------------------------------------------------------- runs
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How to run (command-line flags and API arguments; the spec gives defaults)."""
+
+    scheduler: str | None = None  # None: the spec's cluster.scheduler ("local" by default)
+    keep_alive: bool = False
+    output_dir: str | None = None
+    report_path: str | None = None
+    performance_report: str | None = None
+    progress: bool | None = None  # None: only on a terminal
+    gpu_backend: str | None = None
+    write_outputs: bool = True
+    wait_for_workers: float = 30.0
+    # TLS files (override the spec's cluster.tls field by field; relative to the current directory)
+    tls_ca_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    on_loop_progress: Callable[[str, int, int], None] | None = None  # (loop, steps done, steps) per window
+    task_names: str = "auto"  # how Dask keys are named: auto, op or kind (see orchestrator.keys)
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One op of a run report: where it was planned, where it ran, when and what it made."""
+
+    name: str
+    op: str
+    planned_device: str
+    worker: str | None
+    start: float | None
+    duration: float | None
+    output_bytes: int | None
+    retries: int
+    runs: int | None
+    why: str
+    note: str = ""  # why it has no worker record (a loop's state, resolved by the driver)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "op": self.op, "planned_device": self.planned_device,
+                               "worker": self.worker, "start": self.start, "duration": self.duration,
+                               "output_bytes": self.output_bytes, "retries": self.retries, "runs": self.runs,
+                               "why": self.why}
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    """One device of a run report: planned peak memory against the peak its backend saw."""
+
+    device: str
+    ops: int
+    planned_peak_bytes: int
+    limit_bytes: int | None
+    peak_bytes_seen: int | None
+    backend: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "ops": self.ops, "planned_peak_bytes": self.planned_peak_bytes,
+                "limit_bytes": self.limit_bytes, "peak_bytes_seen": self.peak_bytes_seen, "backend": self.backend}
+
+
+@dataclass(frozen=True)
+class RunTotals:
+    ops: int
+    tasks: int  # Dask tasks submitted
+    moves: int  # planned transfers: values sent to another device
+    bytes_moved: int  # what Dask's transfer logs say it moved between workers for this run
+    transfers_seen: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"ops": self.ops, "tasks": self.tasks, "bytes_moved": self.bytes_moved, "moves": self.moves,
+                "transfers_seen": self.transfers_seen}
+
+
+RUN_REPORT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """The run report (``run --report``): per op and per device, totals and timings."""
+
+    name: str
+    file: str
+    run: str  # the run token in every Dask key of the run
+    backend: str
+    task_names: tuple[str, str]  # (naming, why)
+    elapsed_seconds: float
+    ops: tuple[OpRecord, ...]
+    devices: tuple[DeviceRecord, ...]
+    totals: RunTotals
+    restarted_devices: tuple[str, ...] = ()
+    unverified: tuple[str, ...] = ()  # ops whose record died with a restarted worker
+    phases_seconds: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def placement(self) -> dict[str, dict[str, int]]:
+        """Ops and output bytes per device the ops ran on."""
+        out: dict[str, dict[str, int]] = {}
+        for record in self.ops:
+            slot = out.setdefault(record.worker or record.planned_device, {"ops": 0, "bytes": 0})
+            slot["ops"] += 1
+            slot["bytes"] += int(record.output_bytes or 0)
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"format": RUN_REPORT_FORMAT, "name": self.name, "file": self.file, "run": self.run,
+                "backend": self.backend, "task_names": {"naming": self.task_names[0], "why": self.task_names[1]},
+                "elapsed_seconds": self.elapsed_seconds, "ops": [r.as_dict() for r in self.ops],
+                "devices": [d.as_dict() for d in self.devices], "placement": self.placement,
+                "totals": self.totals.as_dict(), "restarted_devices": list(self.restarted_devices),
+                "unverified": list(self.unverified), "phases_seconds": dict(self.phases_seconds)}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run gives back: the output values, the run report, and the files written."""
+
+    name: str
+    values: Mapping[str, Any]
+    records: RunReport
+    plan: Plan = field(repr=False)
+    backend: str = "simulated"
+    dashboard_link: str | None = None
+    written: tuple[str, ...] = ()
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """The run report as the JSON ``run --report`` writes."""
+        return self.records.as_dict()

@@ -9,7 +9,7 @@ from dask.task_spec import Task
 
 from orchestrator.api import plan_file
 from orchestrator.compile import compile_plan
-from orchestrator.execute.runtime import OpTask
+from orchestrator.tasks import OpTask
 
 CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
 GPU0 = "/job:localhost/replica:0/task:0/device:GPU:0"

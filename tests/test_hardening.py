@@ -34,7 +34,7 @@ from orchestrator import run_file
 from orchestrator.api import Checked, check_file
 from orchestrator.cli import run_cli
 from orchestrator.errors import OpFailedError, RunError
-from orchestrator.execute.run import resolve_output
+from orchestrator.execute.outputs import resolve_output
 from orchestrator.load import MAX_SPEC_BYTES
 from orchestrator.model import OpRef
 

@@ -84,7 +84,7 @@ def test_output_symlink_out_of_the_output_directory_is_refused(tmp_path: Path) -
     import pytest
 
     from orchestrator.errors import RunError
-    from orchestrator.execute.run import resolve_output
+    from orchestrator.execute.outputs import resolve_output
 
     out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
     out.mkdir()

@@ -10,9 +10,11 @@ from dask.utils import key_split
 
 from orchestrator.api import plan_file
 from orchestrator.compile import compile_plan
-from orchestrator.execute.backends import DeviceConfig
-from orchestrator.execute.run import Runner, RunSettings, run_plan
-from orchestrator.execute.runtime import DeviceRuntimePlugin, OpTask
+from orchestrator.backends import DeviceConfig
+from orchestrator.execute.run import Runner, run_plan
+from orchestrator.model import RunSettings
+from orchestrator.execute.plugin import DeviceRuntimePlugin
+from orchestrator.tasks import OpTask
 from orchestrator.keys import OP_PREFIX_LIMIT, KeyNamer, choose_task_names, kind_label
 
 

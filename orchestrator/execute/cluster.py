@@ -21,27 +21,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from ..devices import DeviceSpec
+from ..backends import DeviceConfig
 from ..model import Cluster, Device
-from .backends import DeviceConfig
+from ..tasks import worker_resources
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
-
-
-def device_resource(name: str) -> str:
-    return f"device:{name}"
-
-
-def task_resource(spec: DeviceSpec) -> str:
-    return f"task:{spec.task_spec().to_string()}"
-
-
-def worker_resources(device: Device) -> dict[str, float]:
-    slots = float(device.threads)
-    resources = {device_resource(device.name): slots, task_resource(device.spec): slots}
-    if device.is_gpu:
-        resources["GPU"] = 1.0
-    return resources
 
 
 def visible_gpus(device: Device, all_physical: tuple[int, ...]) -> str:

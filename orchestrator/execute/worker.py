@@ -35,7 +35,8 @@ from typing import Any, Callable, Sequence
 
 from ..errors import UsageError
 from ..model import Cluster, Device
-from .cluster import worker_env, worker_options, worker_resources
+from ..tasks import worker_resources
+from .cluster import worker_env, worker_options
 
 Echo = Callable[[str], None]
 EXIT_OK, EXIT_FAILED = 0, 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import DeviceOutOfMemory
-from .backends import DeviceConfig
+from .base import DeviceConfig
 
 
 def cuda_device_count() -> int:

@@ -1,20 +1,25 @@
-"""The worker side: what runs inside a Dask worker that stands for a device.
+"""The worker contract: what a compiled task carries, and the functions workers run.
 
-A :class:`DeviceRuntimePlugin` (a Dask ``WorkerPlugin``, registered by the
-client before each run and re-applied by Dask to restarted workers) gives
-each worker the backend of the device its name denotes. Every task of the
-compiled graph calls :func:`run_op` (or :func:`move` / :func:`token`), which
-runs the op's kernel with the device's array module, charges the result to
-the device's memory, and records an event (op, device, start, duration,
-bytes) in the worker's own memory; the client drains those records once at
-the end of a run (one call per worker instead of one message per op) to verify
-placement and write the run report.
+``compile`` builds tasks that call the functions here; ``execute`` registers
+the device runtime that makes them work on each worker. Both sides depend on
+this module and on nothing of each other. It imports no ``distributed``:
+the worker plugin (``execute``) hands it the worker lookup (:func:`bind`)
+when it installs a device's :class:`Runtime` on a worker.
+
+* Resource names: how a task asks for its device (``device:<name>``) or for
+  any GPU of a task (``GPU`` + ``task:<job/replica/task>``).
+* :class:`OpTask` and :func:`run_op`: one op, run with the device's backend
+  through the op catalog's kernel; its result is charged to the device's
+  memory and recorded (op, device, start, duration, bytes) in the worker's
+  own memory, drained once per run by :func:`drain_records`.
+* :func:`move`, :func:`token`, :func:`to_host`: a value received on another
+  device (one copy per consuming device), a control edge (no data), and a
+  device array copied to the host for the client.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import importlib
 import os
 import sys
@@ -22,17 +27,48 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-import numpy as np
-from distributed import WorkerPlugin
-
-from ..errors import OpFailedError, OpTimeoutError, OrchestratorError, RunError
-from ..ops import lookup
 from .backends import Backend, DeviceConfig, make_backend
+from .devices import ANY, DeviceSpec
+from .errors import OpFailedError, OpTimeoutError, OrchestratorError
+from .model import Device
+from .ops import lookup
 
 LOG_TOPIC = "orchestrator-log"
 RUNTIME_ATTRIBUTE = "orchestrator_runtime"
+
+
+# --------------------------------------------------------------------------- resources
+
+
+def device_resource(name: str) -> str:
+    """The identity resource only the worker standing for device ``name`` offers."""
+    return f"device:{name}"
+
+
+def task_resource(spec: DeviceSpec) -> str:
+    """The resource every worker of one task offers (``/gpu:*`` ops ask for it with ``GPU``)."""
+    return f"task:{spec.task_spec().to_string()}"
+
+
+def resources_for(device: DeviceSpec) -> dict[str, float]:
+    """What a task on ``device`` asks for: that device, or on ``GPU:*`` any GPU of its task."""
+    if device.device_index == ANY:
+        return {"GPU": 1, task_resource(device): 1}
+    return {device_resource(device.to_string()): 1}
+
+
+def worker_resources(device: Device) -> dict[str, float]:
+    """What the worker standing for ``device`` offers: one slot per thread of its identity resources."""
+    slots = float(device.threads)
+    resources = {device_resource(device.name): slots, task_resource(device.spec): slots}
+    if device.is_gpu:
+        resources["GPU"] = 1.0
+    return resources
+
+
+# --------------------------------------------------------------------------- tasks
 
 
 @dataclass(frozen=True)
@@ -48,7 +84,7 @@ class OpTask:
     input_keys: tuple[str, ...] | None = None
     timeout: float | None = None
     log: bool = False
-    base_dir: str = ""  # where relative paths and user modules are found (only load and call need it)
+    base_dir: str = ""  # where relative paths and user modules are found (only ops that need it get it)
     outputs: int = 1
     input_index: tuple[int | None, ...] = ()  # per input: which output of a tuple it reads, in place
 
@@ -72,8 +108,13 @@ def _restore_op_task(values: tuple[Any, ...]) -> OpTask:
     return task
 
 
+# --------------------------------------------------------------------------- the device runtime
+
+
 @dataclass
 class Runtime:
+    """A device's backend and this run's records, kept on the worker that stands for it."""
+
     config: DeviceConfig
     backend: Backend
     user_paths: set[str] = field(default_factory=set)
@@ -81,6 +122,10 @@ class Runtime:
     # (run, op, kind) -> aggregate over loop steps: bounded by the number of ops, not of steps
     records: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     created: float = field(default_factory=time.time)  # a restarted worker lost the records it held
+
+    @classmethod
+    def for_device(cls, config: DeviceConfig) -> Runtime:
+        return cls(config, make_backend(config))
 
     def record(self, run: str, op: str, kind: str, ran_on: str, start: float, duration: float,
                nbytes: int, error: str = "") -> None:
@@ -96,45 +141,69 @@ class Runtime:
                 entry["bytes"] = nbytes
                 entry["error"] = error or entry["error"]
 
+    def user_function(self, fn_path: str, base_dir: str, op: str) -> Callable[..., Any]:
+        """Import ``package.module:function`` from the spec's directory (or the Python path)."""
+        module_name, _, fn_name = fn_path.partition(":")
+        with self.lock:
+            if base_dir not in self.user_paths:
+                sys.path.insert(0, base_dir)
+                self.user_paths.add(base_dir)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise OpFailedError(op, self.config.name, f"cannot import module '{module_name}' for fn '{fn_path}': "
+                                f"{exc}", f"looked in {base_dir} and the Python path") from None
+        fn = getattr(module, fn_name, None)
+        if fn is None:
+            raise OpFailedError(op, self.config.name, f"module '{module_name}' has no function '{fn_name}'",
+                                module.__file__ or "")
+        return fn  # type: ignore[no-any-return]
 
-class DeviceRuntimePlugin(WorkerPlugin):
-    """Gives each worker the backend of its device (by worker name)."""
 
-    name = "orchestrator-device-runtime"
-    idempotent = False
+_get_worker: Callable[[], Any] | None = None
 
-    def __init__(self, configs: Mapping[str, DeviceConfig]):
-        self.configs = dict(configs)
 
-    def plugin_name(self) -> str:
-        """``orchestrator-runtime-<digest of the device configurations>``: equal clusters share one name."""
-        digest = hashlib.sha256(repr(sorted(self.configs.items())).encode()).hexdigest()[:12]
-        return f"orchestrator-runtime-{digest}"
-
-    def setup(self, worker: Any) -> None:
-        config = self.configs.get(str(worker.name))
-        if config is None:
-            return  # not a device of this cluster (another spec's, on a shared scheduler): leave it be
-        existing = getattr(worker, RUNTIME_ATTRIBUTE, None)
-        if existing is not None and existing.config == config:
-            return  # keep the allocator's accounting across runs on a kept-alive cluster
-        setattr(worker, RUNTIME_ATTRIBUTE, Runtime(config, make_backend(config)))
-
-    def teardown(self, worker: Any) -> None:
-        pass
+def bind(get_worker: Callable[[], Any]) -> None:
+    """Tell this module how to find the worker running a task (``distributed.get_worker``)."""
+    global _get_worker
+    _get_worker = get_worker
 
 
 def _runtime(worker: Any = None) -> tuple[Any, Runtime]:
     if worker is None:
-        from distributed import get_worker
-
-        worker = get_worker()
+        if _get_worker is None:
+            raise OrchestratorError("the orchestrator device runtime is not installed on this worker "
+                                    "(it is registered by 'orchestrate run' before any task)")
+        worker = _get_worker()
     runtime = getattr(worker, RUNTIME_ATTRIBUTE, None)
     if runtime is None:  # a worker the spec does not describe: a plain host device
-        runtime = Runtime(DeviceConfig(str(worker.name), "CPU", "host"), make_backend(
-            DeviceConfig(str(worker.name), "CPU", "host")))
+        runtime = Runtime.for_device(DeviceConfig(str(worker.name), "CPU", "host"))
         setattr(worker, RUNTIME_ATTRIBUTE, runtime)
     return worker, runtime
+
+
+class _Context:
+    """The :class:`~orchestrator.ops.base.KernelContext` of one op running on this worker."""
+
+    __slots__ = ("runtime", "xp", "name", "device", "step", "base_dir", "input_keys", "outputs")
+
+    def __init__(self, runtime: Runtime, task: OpTask):
+        self.runtime, self.xp = runtime, runtime.backend.xp
+        self.name, self.device, self.step = task.name, runtime.config.name, task.step
+        self.base_dir, self.input_keys, self.outputs = task.base_dir, task.input_keys, task.outputs
+
+    @property
+    def stream(self) -> tuple[int, ...]:
+        return tuple(int(part) for part in self.name.split("/") if part.isdigit())
+
+    def to_host(self, value: Any) -> Any:
+        return self.runtime.backend.to_host(value)
+
+    def to_device(self, value: Any) -> Any:
+        return self.runtime.backend.to_device(value, self.name)
+
+    def user_function(self, fn: str) -> Callable[..., Any]:
+        return self.runtime.user_function(fn, self.base_dir, self.name)
 
 
 def _nbytes(value: Any) -> int:
@@ -145,7 +214,7 @@ def _nbytes(value: Any) -> int:
 
 def _user_origin(tb: Any) -> str:
     """The innermost frame outside this package: the user's line."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    package = os.path.dirname(os.path.abspath(__file__))
     frames = [f for f in traceback.extract_tb(tb) if not os.path.abspath(f.filename).startswith(package)]
     if not frames:
         return ""
@@ -177,10 +246,13 @@ def run_op(task: OpTask, *args: Any) -> Any:
     stop = time.time()
     runtime.record(task.run, task.name, "op", runtime.config.name, start, stop - start, _nbytes(value))
     if task.log:
-        definition = lookup(task.kind)
-        worker.log_event(LOG_TOPIC, f"Executing op {definition.tf_name if definition else task.kind} "
-                                    f"in device {worker.name}")
+        worker.log_event(LOG_TOPIC, f"Executing op {_tf_name(task.kind)} in device {worker.name}")
     return value
+
+
+def _tf_name(kind: str) -> str:
+    definition = lookup(kind)
+    return definition.tf_name if definition else kind
 
 
 def _with_timeout(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...]) -> Any:
@@ -198,84 +270,12 @@ def _with_timeout(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...]) -> An
 
 
 def kernel(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...]) -> Any:
-    xp = runtime.backend.xp
-    kind, params = task.kind, task.params
-    if kind == "call":
-        return _call(task, runtime, inputs)
-    if kind == "load":
-        array = load_array(os.path.join(task.base_dir, params["path"]), params)
-        if "shape" in params and tuple(array.shape) != tuple(params["shape"]):
-            raise RunError(f"op '{task.name}': {params['path']} holds an array of shape {list(array.shape)}, "
-                           f"but the spec declares shape {list(params['shape'])}")
-        return xp.asarray(array)
-    if kind == "save":
-        save_array(os.path.join(task.base_dir, params["path"]), runtime.backend.to_host(inputs[0]), params)
-        return inputs[0]
-    definition = lookup(kind)
+    """The op's kernel from the catalog, run with this device's array module."""
+    definition = lookup(task.kind)
     if definition is None:
-        raise RunError(f"op '{task.name}': unknown op type '{kind}'")
-    merged = {**params, "op": kind} if kind in ("sum", "mean") else params
-    if kind.startswith("random."):
-        # the copy indices in a construct's names (towers/1/x) pick the copy's own stream
-        stream = tuple(int(part) for part in task.name.split("/") if part.isdigit())
-        return definition.compute(xp, merged, step=task.step, stream=stream)
-    result = definition.compute(xp, merged, *inputs)
-    return tuple(result) if isinstance(result, (list, tuple)) else xp.asarray(result)
-
-
-def _call(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...]) -> Any:
-    fn_path = str(task.params["fn"])
-    module_name, _, fn_name = fn_path.partition(":")
-    with runtime.lock:
-        if task.base_dir not in runtime.user_paths:
-            sys.path.insert(0, task.base_dir)
-            runtime.user_paths.add(task.base_dir)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise OpFailedError(task.name, runtime.config.name,
-                            f"cannot import module '{module_name}' for fn '{fn_path}': {exc}",
-                            f"looked in {task.base_dir} and the Python path") from None
-    fn = getattr(module, fn_name, None)
-    if fn is None:
-        raise OpFailedError(task.name, runtime.config.name,
-                            f"module '{module_name}' has no function '{fn_name}'", module.__file__ or "")
-    xp = runtime.backend.xp
-    device_inputs = [runtime.backend.to_device(x, task.name) if x is not None else x for x in inputs]
-    kwargs = dict(task.params.get("params") or {})
-    if task.input_keys is not None:
-        kwargs.update(zip(task.input_keys, device_inputs))
-        result = fn(xp=xp, **kwargs)
-    else:
-        result = fn(*device_inputs, xp=xp, **kwargs)
-    if task.outputs > 1:
-        if not isinstance(result, (tuple, list)) or len(result) != task.outputs:
-            raise OpFailedError(task.name, runtime.config.name,
-                                f"fn '{fn_path}' must return {task.outputs} arrays, got {type(result).__name__}")
-        return tuple(xp.asarray(r) for r in result)
-    return xp.asarray(result)
-
-
-def load_array(path: str, params: Mapping[str, Any]) -> np.ndarray:
-    fmt = params.get("format") or ("csv" if path.endswith(".csv") else "npy")
-    dtype = params.get("dtype")
-    if fmt == "npy":
-        arr = np.load(path, allow_pickle=False)
-        return arr.astype(dtype) if dtype else arr
-    return np.loadtxt(path, delimiter=params.get("delimiter", ","), skiprows=int(params.get("header", 0)),
-                      dtype=dtype or "float64", ndmin=1)
-
-
-def save_array(path: str, value: Any, params: Mapping[str, Any]) -> None:
-    from ..atomic import atomic_open
-
-    fmt = params.get("format") or ("csv" if path.endswith(".csv") else "npy")
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with atomic_open(path, "wb") as handle:
-        if fmt == "csv":
-            np.savetxt(handle, np.atleast_1d(np.asarray(value)), delimiter=",")
-        else:
-            np.save(handle, np.asarray(value), allow_pickle=False)
+        raise OrchestratorError(f"op '{task.name}': unknown op type '{task.kind}'")
+    result = definition.kernel(_Context(runtime, task), task.params, *inputs)
+    return tuple(result) if isinstance(result, (list, tuple)) else runtime.backend.xp.asarray(result)
 
 
 def move(name: str, device: str, run: str, value: Any) -> Any:

@@ -1,33 +1,21 @@
-"""The op catalog: every built-in op, its kernels, parameters and shape inference.
+"""Shape and dtype inference: each op's outputs from its inputs' shapes alone, never their data.
 
-Each :class:`OpDef` says which device types have a kernel (``CPU``, ``GPU``),
-how many inputs it takes, which parameters it accepts, how to infer the shape
-and dtype of its outputs from its inputs (used by validation and the memory
-planner, so it never touches data), and the function a worker runs with the
-array module ``xp`` (``numpy`` or ``cupy``).
-
-Random ops draw on the host with NumPy's PCG64 and then move the array to the
-device: the same seed gives the same numbers on CPU, simulated GPU and CuPy.
+Validation and the memory planner call these through the catalog; they
+follow NumPy's rules (broadcasting, weak scalar promotion, true division)
+and raise :class:`ShapeError` naming both shapes when inputs do not fit.
 """
 
 from __future__ import annotations
 
 import math
 from functools import lru_cache
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .model import ValueInfo
+from ..model import ValueInfo
 
 Params = Mapping[str, Any]
-Infer = Callable[[Params, Sequence[ValueInfo]], tuple[ValueInfo, ...]]
-Compute = Callable[..., Any]  # (xp, params, *inputs) -> array | tuple of arrays
-
-CPU_GPU = frozenset({"CPU", "GPU"})
-CPU_ONLY = frozenset({"CPU"})
-COMMON_KEYS = frozenset({"name", "op", "inputs", "device", "after", "tags", "retries", "timeout", "description"})
 
 
 class ShapeError(ValueError):
@@ -41,27 +29,6 @@ class ShapeError(ValueError):
         super().__init__(message)
         self.hint = hint
         self.key = key
-
-
-@dataclass(frozen=True)
-class OpDef:
-    name: str
-    tf_name: str  # the name TF's placement log shows
-    kernels: frozenset[str]
-    min_inputs: int
-    max_inputs: int | None
-    infer: Infer
-    compute: Compute
-    required: frozenset[str] = frozenset()
-    optional: frozenset[str] = frozenset()
-    input_names: tuple[str, ...] = ()
-    internal: bool = False  # made by constructs, not written by users
-    description: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def params(self) -> frozenset[str]:
-        return self.required | self.optional
 
 
 def _shape(p: Params, key: str = "shape") -> tuple[int, ...]:
@@ -239,10 +206,18 @@ def _norm_axis(axis: int, ndim: int, shape: tuple[int, ...]) -> int:
     return axis % ndim
 
 
-def infer_reduce(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+def infer_sum(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    return _infer_reduce(p, ins, mean=False)
+
+
+def infer_mean(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    return _infer_reduce(p, ins, mean=True)
+
+
+def _infer_reduce(p: Params, ins: Sequence[ValueInfo], mean: bool) -> tuple[ValueInfo, ...]:
     (x,) = ins
     dtype = x.dtype
-    if p.get("op") == "mean" or (dtype and dtype == "bool"):
+    if mean or (dtype and dtype == "bool"):
         dtype = "float64" if dtype and not dtype.startswith(("float", "complex")) else dtype
     if x.shape is None:
         return (ValueInfo(None, dtype),)
@@ -367,83 +342,6 @@ def infer_call(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
     return tuple(ValueInfo(tuple(d["shape"]), d.get("dtype", "float64")) for d in each)
 
 
-# --------------------------------------------------------------------------- kernels
-
-
-def _host_rng(p: Params, step: int = 0, stream: tuple[int, ...] = ()) -> np.random.Generator:
-    # one PCG64 stream per (seed, copy of a construct, loop step): replicas draw different
-    # batches, every step draws a fresh one, and a plain op is reproducible from its seed
-    return np.random.default_rng([int(p.get("seed", 0)), *stream, step])
-
-
-def run_constant(xp: Any, p: Params) -> Any:
-    return xp.asarray(np.asarray(p["value"], dtype=p.get("dtype", "float64")))
-
-
-def run_uniform(xp: Any, p: Params, step: int = 0, stream: tuple[int, ...] = ()) -> Any:
-    arr = _host_rng(p, step, stream).uniform(p.get("low", 0.0), p.get("high", 1.0), size=_shape(p))
-    return xp.asarray(arr.astype(_dtype(p), copy=False))
-
-
-def run_normal(xp: Any, p: Params, step: int = 0, stream: tuple[int, ...] = ()) -> Any:
-    arr = _host_rng(p, step, stream).normal(p.get("mean", 0.0), p.get("stddev", 1.0), size=_shape(p))
-    return xp.asarray(arr.astype(_dtype(p), copy=False))
-
-
-def run_variable(xp: Any, p: Params, *ins: Any) -> Any:
-    if "value" in p:
-        return run_constant(xp, p)
-    if ins:
-        return xp.array(ins[0], copy=True)
-    init = p.get("init", "zeros")
-    if init == "uniform":
-        return run_uniform(xp, p)
-    if init == "normal":
-        return run_normal(xp, p)
-    return (xp.ones if init == "ones" else xp.zeros)(_shape(p), dtype=_dtype(p))
-
-
-def _binary(fn_name: str) -> Compute:
-    def run(xp: Any, p: Params, a: Any, b: Any = None) -> Any:
-        fn = getattr(xp, fn_name)
-        return fn(a, p["scalar"] if b is None else b)
-    return run
-
-
-def run_reduce(xp: Any, p: Params, x: Any) -> Any:
-    fn = xp.mean if p.get("op") == "mean" else xp.sum
-    return fn(x, axis=p.get("axis"), keepdims=bool(p.get("keepdims", False)))
-
-
-def run_split(xp: Any, p: Params, x: Any) -> tuple[Any, ...]:
-    return tuple(xp.array_split(x, int(p["num"]), axis=int(p.get("axis", 0) or 0)))
-
-
-def run_add_n(xp: Any, p: Params, *xs: Any) -> Any:
-    total = xs[0].copy() if len(xs) > 1 else xs[0]
-    for x in xs[1:]:
-        total = total + x
-    return total
-
-
-def run_mean_n(xp: Any, p: Params, *xs: Any) -> Any:
-    return run_add_n(xp, p, *xs) / len(xs)
-
-
-def _best(p: Params, metrics: Sequence[Any]) -> int:
-    scores = [float(m) for m in metrics]
-    return scores.index(min(scores) if p["mode"] == "min" else max(scores))
-
-
-def run_select(xp: Any, p: Params, *metrics: Any) -> Any:
-    return xp.asarray(float(p["values"][_best(p, metrics)]))
-
-
-def run_pick(xp: Any, p: Params, *ins: Any) -> Any:
-    n = int(p["n"])
-    return ins[n + _best(p, ins[:n])]
-
-
 def infer_select(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
     return (ValueInfo((), "float64"),)
 
@@ -455,88 +353,3 @@ def infer_pick(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
 def infer_series(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
     (x,) = ins
     return (ValueInfo(None if x.shape is None else (int(p["steps"]), *x.shape), x.dtype),)
-
-
-# ---------------------------------------------------------------------------- catalog
-
-
-def _def(name: str, tf: str, infer: Infer, compute: Compute, lo: int, hi: int | None, *,
-         kernels: frozenset[str] = CPU_GPU, required: Sequence[str] = (), optional: Sequence[str] = (),
-         names: Sequence[str] = (), internal: bool = False, description: str = "") -> OpDef:
-    return OpDef(name, tf, kernels, lo, hi, infer, compute, frozenset(required), frozenset(optional),
-                 tuple(names), internal, description)
-
-
-_SHAPED = ("dtype",)
-CATALOG: dict[str, OpDef] = {d.name: d for d in [
-    _def("constant", "Const", infer_literal, run_constant, 0, 0, required=["value"], optional=["dtype"],
-         description="a literal array"),
-    _def("zeros", "Zeros", infer_shaped, lambda xp, p: xp.zeros(_shape(p), dtype=_dtype(p)), 0, 0,
-         required=["shape"], optional=_SHAPED),
-    _def("ones", "Ones", infer_shaped, lambda xp, p: xp.ones(_shape(p), dtype=_dtype(p)), 0, 0,
-         required=["shape"], optional=_SHAPED),
-    _def("fill", "Fill", infer_shaped, lambda xp, p: xp.full(_shape(p), p["value"], dtype=_dtype(p)), 0, 0,
-         required=["shape", "value"], optional=_SHAPED),
-    _def("random.uniform", "RandomUniform", infer_shaped, run_uniform, 0, 0, required=["shape"],
-         optional=["dtype", "low", "high", "seed"]),
-    _def("random.normal", "RandomStandardNormal", infer_shaped, run_normal, 0, 0, required=["shape"],
-         optional=["dtype", "mean", "stddev", "seed"]),
-    _def("variable", "VariableV2", infer_variable, run_variable, 0, 1,
-         optional=["value", "shape", "dtype", "init", "seed"], description="a named initial value"),
-    _def("add", "AddV2", infer_elementwise, _binary("add"), 1, 2, optional=["scalar"], names=("x", "y")),
-    _def("sub", "Sub", infer_elementwise, _binary("subtract"), 1, 2, optional=["scalar"], names=("x", "y")),
-    _def("mul", "Mul", infer_elementwise, _binary("multiply"), 1, 2, optional=["scalar"], names=("x", "y")),
-    _def("div", "RealDiv", infer_div, _binary("true_divide"), 1, 2, optional=["scalar"], names=("x", "y")),
-    _def("square", "Square", infer_same, lambda xp, p, x: xp.square(x), 1, 1, names=("x",)),
-    _def("identity", "Identity", infer_same, lambda xp, p, x: x, 1, 1, names=("x",)),
-    _def("matmul", "MatMul", infer_matmul, lambda xp, p, a, b: xp.matmul(a, b), 2, 2, names=("a", "b")),
-    _def("add_n", "AddN", infer_add_n, run_add_n, 1, None),
-    _def("sum", "Sum", infer_reduce, run_reduce, 1, 1, optional=["axis", "keepdims"], names=("x",)),
-    _def("mean", "Mean", infer_reduce, run_reduce, 1, 1, optional=["axis", "keepdims"], names=("x",)),
-    _def("concat", "ConcatV2", infer_concat, lambda xp, p, *xs: xp.concatenate(xs, axis=int(p.get("axis", 0) or 0)),
-         1, None, optional=["axis"]),
-    _def("split", "Split", infer_split, run_split, 1, 1, required=["num"], optional=["axis"], names=("x",)),
-    _def("stack", "Pack", infer_stack, lambda xp, p, *xs: xp.stack(xs, axis=int(p.get("axis", 0) or 0)),
-         1, None, optional=["axis"]),
-    _def("transpose", "Transpose", infer_transpose, lambda xp, p, x: xp.transpose(x, p.get("axes")), 1, 1,
-         optional=["axes"], names=("x",)),
-    _def("reshape", "Reshape", infer_reshape, lambda xp, p, x: xp.reshape(x, tuple(p["shape"])), 1, 1,
-         required=["shape"], names=("x",)),
-    _def("cast", "Cast", infer_cast, lambda xp, p, x: x.astype(p["dtype"]), 1, 1, required=["dtype"], names=("x",)),
-    # Data ops read and write files on the worker that owns the op; their kernels live in execute.
-    _def("load", "LoadArray", infer_load, lambda xp, p: None, 0, 0, kernels=CPU_ONLY, required=["path"],
-         optional=["format", "delimiter", "header", "dtype", "shape"]),
-    _def("save", "SaveArray", infer_same, lambda xp, p, x: x, 1, 1, required=["path"], optional=["format"],
-         names=("x",)),
-    _def("call", "Call", infer_call, lambda xp, p, *xs: None, 0, None, required=["fn"],
-         optional=["kernels", "params", "output", "outputs"]),
-    # Made by constructs.
-    _def("mean_n", "Mean", infer_add_n, run_mean_n, 1, None, internal=True),
-    _def("state", "Identity", infer_same, lambda xp, p, x: x, 1, 1, internal=True),
-    _def("select", "Select", infer_select, run_select, 1, None, internal=True),
-    _def("pick", "Select", infer_pick, run_pick, 2, None, internal=True),
-    _def("series", "Stack", infer_series, lambda xp, p, *xs: xp.stack(xs), 1, None, internal=True),
-]}
-
-
-def lookup(kind: str) -> OpDef | None:
-    return CATALOG.get(kind)
-
-
-def user_op_names() -> list[str]:
-    return sorted(name for name, d in CATALOG.items() if not d.internal)
-
-
-def kernels_of(kind: str, params: Params) -> frozenset[str]:
-    """Device types with a kernel; ``call`` ops declare theirs (default CPU only)."""
-    if kind == "call":
-        return frozenset(k.upper() for k in params.get("kernels", ["cpu"]))
-    definition = CATALOG.get(kind)
-    return definition.kernels if definition else CPU_GPU
-
-
-def infer(kind: str, params: Params, inputs: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
-    """Output infos of one op; raises :class:`ShapeError` for inputs it cannot combine."""
-    definition = CATALOG[kind]
-    merged = {**params, "op": kind} if kind in ("sum", "mean") else params
-    return definition.infer(merged, inputs)

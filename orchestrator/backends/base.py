@@ -1,0 +1,29 @@
+"""What a worker knows about its device, and what every backend offers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    """What a worker needs to know about the device it stands for (picklable)."""
+
+    name: str
+    kind: str  # "CPU" | "GPU"
+    backend: str  # a key of BACKENDS: "host" | "simulated" | "cupy"
+    memory_limit: int | None = None
+    reserve_at_start: bool = False
+    physical_gpu: int | None = None
+
+
+class Backend(Protocol):
+    name: str
+    xp: Any
+
+    def to_device(self, value: Any, op: str) -> Any: ...
+    def to_host(self, value: Any) -> Any: ...
+    def adopt(self, value: Any, op: str) -> Any: ...
+    def execute(self, op: str, fn: Callable[[], Any]) -> Any: ...
+    def stats(self) -> dict[str, int | str | None]: ...

@@ -1,0 +1,113 @@
+"""Reaching a cluster: start the embedded one or connect to a scheduler, wait for the plan's devices,
+and choose the GPU backend where the GPU workers run."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Mapping
+
+from ..backends import cuda_device_count
+from ..devices import DeviceSpec
+from ..errors import NoWorkerError, RunError
+from ..model import Plan, RunSettings
+from ..tasks import device_resource, task_resource
+from .cluster import EmbeddedCluster
+from .security import scheduler_address, security_for
+
+
+def connect(plan: Plan, settings: RunSettings, base_dir: str) -> tuple[Any, Any]:
+    """An embedded cluster and its client, or ``(None, client)`` of the remote scheduler."""
+    from distributed import Client
+
+    spec, s = plan.spec, settings
+    security = security_for(spec.cluster.tls, base_dir, s.tls_ca_file, s.tls_cert, s.tls_key)
+    address = s.scheduler or spec.cluster.scheduler
+    if address in ("local", "", None):
+        cluster = EmbeddedCluster(spec.cluster, spec.cluster.dashboard, security=security).start()
+        return cluster, Client(cluster, set_as_default=False, security=security)
+    address = scheduler_address(str(address), security)
+    try:
+        client = Client(address, set_as_default=False, timeout=s.wait_for_workers, security=security)
+    except (OSError, TimeoutError) as exc:
+        hint = ("check that the certificates are signed by the scheduler's CA" if security is not None
+                else "start it with 'dask scheduler', or give the right address")
+        raise RunError(f"cannot connect to the Dask scheduler at {address} within {s.wait_for_workers:g} s: "
+                       f"{type(exc).__name__}: {exc} ({hint})") from None
+    return None, client
+
+
+def wait_for_devices(plan: Plan, settings: RunSettings, client: Any) -> None:
+    """Every device the plan uses must be offered by a worker of that name (by identity resource).
+
+    A pinned op needs the worker offering ``device:<name>``; an op on
+    ``GPU:*`` needs some worker offering ``GPU`` and its task's resource.
+    Waits up to ``wait_for_workers`` seconds, then fails naming what is
+    missing and the ``orchestrate worker`` commands that would start it.
+    """
+    pinned = {p.device_name for p in plan.placements if p.device.device_index != "*"}
+    anywhere = {p.device.task_spec() for p in plan.placements if p.device.device_index == "*"}
+    deadline = time.monotonic() + settings.wait_for_workers
+    while True:
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+        by_resource: dict[str, list[Mapping[str, Any]]] = {}
+        for addr, w in workers.items():
+            for r in w.get("resources", {}):
+                by_resource.setdefault(r, []).append({**w, "address": addr})
+        missing = sorted(d for d in pinned if device_resource(d) not in by_resource)
+        missing += sorted(f"{t.to_string()}/device:GPU:*" for t in anywhere
+                          if not any("GPU" in w.get("resources", {}) for w in by_resource.get(task_resource(t), ())))
+        if not missing:
+            break
+        if time.monotonic() > deadline:
+            tasks = sorted({(s.job, s.task) for s in (DeviceSpec.parse(m.replace("GPU:*", "GPU:0"))
+                                                      for m in missing)}, key=str)
+            address = settings.scheduler or plan.spec.cluster.scheduler
+            commands = "; ".join(f"orchestrate worker {plan.spec.file} --job {job} --task {task} "
+                                 f"--scheduler {address}" for job, task in tasks)
+            raise NoWorkerError(f"no worker offers {len(missing)} device(s) the plan uses: {', '.join(missing)} "
+                                f"(waited {settings.wait_for_workers:g} s; start them with: {commands})")
+        time.sleep(0.1)
+    misnamed = sorted({f"{w.get('name')} at {w.get('address', '?')} offers {d}" for d in pinned
+                       for w in by_resource[device_resource(d)] if str(w.get("name")) != d})
+    if misnamed:
+        raise NoWorkerError("workers must be named by the device they stand for (dask worker --name): "
+                            + "; ".join(misnamed))
+
+
+def choose_backend(plan: Plan, requested: str, visible: Callable[[], int]) -> tuple[str, str]:
+    """(backend, why). auto: cupy when the GPU workers' machines show enough CUDA GPUs, else simulated.
+
+    ``visible`` counts the CUDA GPUs where the GPU workers run (this machine for
+    the embedded cluster, the workers themselves for a remote one).
+    """
+    gpus = {d.physical_gpu for d in plan.spec.cluster.devices if d.is_gpu}
+    if not gpus:
+        return "simulated", "no GPUs in the spec"
+    if requested == "simulated":
+        return "simulated", "gpu_backend: simulated"
+    count = visible()
+    needed = max(g for g in gpus if g is not None) + 1
+    if requested == "cupy":
+        if count < needed:
+            raise RunError(f"gpu_backend: cupy needs {needed} CUDA GPU(s); {count} visible "
+                           "(install orchestrator[gpu] on a CUDA machine, or use gpu_backend: simulated)")
+        return "cupy", "gpu_backend: cupy"
+    if count >= needed:
+        return "cupy", f"{count} CUDA GPU(s) visible"
+    return "simulated", f"{count} CUDA GPU(s) visible, {needed} needed"
+
+
+def cuda_counter(cluster: Any, client: Any) -> Callable[[], int]:
+    """Counts CUDA GPUs where the GPU workers run: here for the embedded cluster, on them otherwise."""
+    if cluster is not None:
+        return cuda_device_count
+
+    def count() -> int:
+        gpu_workers = [addr for addr, w in client.scheduler_info(n_workers=-1)["workers"].items()
+                       if "GPU" in w.get("resources", {})]
+        if not gpu_workers:
+            return 0
+        counts = client.run(cuda_device_count, workers=gpu_workers)
+        # each worker sees its task's GPUs (its own first); enough if each sees as many as the task uses
+        return min(counts.values())
+    return count

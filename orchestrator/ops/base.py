@@ -1,0 +1,72 @@
+"""The record an op is registered with, and what its kernel may ask of the worker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from ..model import ValueInfo
+
+Params = Mapping[str, Any]
+Infer = Callable[[Params, Sequence[ValueInfo]], tuple[ValueInfo, ...]]
+
+CPU_GPU = frozenset({"CPU", "GPU"})
+CPU_ONLY = frozenset({"CPU"})
+COMMON_KEYS = frozenset({"name", "op", "inputs", "device", "after", "tags", "retries", "timeout", "description"})
+
+
+class KernelContext(Protocol):
+    """What a kernel may ask of the worker running it (``orchestrator.tasks`` provides it)."""
+
+    xp: Any  # numpy, or cupy on a CUDA GPU
+    name: str  # the op's name (copies of constructs: towers/1/x)
+    device: str  # the canonical name of the device it runs on
+    step: int  # the loop step (0 outside loops)
+    base_dir: str  # the spec's directory: relative input paths and user modules are found there
+    input_keys: tuple[str, ...] | None  # parameter names when the inputs were written as a mapping
+    outputs: int  # how many values the op returns
+
+    @property
+    def stream(self) -> tuple[int, ...]: ...  # the copy indices in the name: each copy its own random stream
+    def to_host(self, value: Any) -> Any: ...
+    def to_device(self, value: Any) -> Any: ...
+    def user_function(self, fn: str) -> Callable[..., Any]: ...
+
+
+Kernel = Callable[..., Any]  # (ctx: KernelContext, params, *inputs) -> array | tuple of arrays
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    tf_name: str  # the name TF's placement log shows
+    kernels: frozenset[str]
+    min_inputs: int
+    max_inputs: int | None
+    infer: Infer
+    kernel: Kernel
+    required: frozenset[str] = frozenset()
+    optional: frozenset[str] = frozenset()
+    input_names: tuple[str, ...] = ()
+    internal: bool = False  # made by constructs, not written by users
+    description: str = ""
+    reads: tuple[str, ...] = ()  # parameters naming files read (relative to the spec's directory)
+    writes: tuple[str, ...] = ()  # parameters naming files written (relative to the output directory)
+    user_code: bool = False  # runs a user function (imported on the worker, never by validate or plan)
+    outputs_param: str | None = None  # the parameter that says how many values it returns (split: num)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def params(self) -> frozenset[str]:
+        return self.required | self.optional
+
+    def output_count(self, params: Params) -> int:
+        """How many values an op with these parameters returns."""
+        if self.outputs_param is None:
+            return 1
+        return int(params.get(self.outputs_param, 1))
+
+    @property
+    def needs_base_dir(self) -> bool:
+        """Does the kernel resolve anything against the spec's directory?"""
+        return bool(self.reads) or self.user_code

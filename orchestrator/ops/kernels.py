@@ -1,0 +1,157 @@
+"""Kernels: what a worker runs for each op, with the device's array module ``ctx.xp``.
+
+Random ops draw on the host with NumPy's PCG64 and then move the array to the
+device: the same seed gives the same numbers on CPU, simulated GPU and CuPy.
+Each copy a construct makes (``towers/1/x``) and each loop step draws its own
+stream. File ops read and write through :mod:`orchestrator.formats`; ``call``
+runs a user function the worker imports from the spec's directory.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .. import formats
+from ..atomic import atomic_open
+from ..errors import RunError
+from .base import KernelContext
+
+Params = Mapping[str, Any]
+
+
+def _shape(p: Params) -> tuple[int, ...]:
+    return tuple(int(d) for d in p["shape"])
+
+
+def _dtype(p: Params) -> str:
+    return str(p.get("dtype", "float64"))
+
+
+def _host_rng(p: Params, step: int = 0, stream: tuple[int, ...] = ()) -> np.random.Generator:
+    # one PCG64 stream per (seed, copy of a construct, loop step): replicas draw different
+    # batches, every step draws a fresh one, and a plain op is reproducible from its seed
+    return np.random.default_rng([int(p.get("seed", 0)), *stream, step])
+
+
+def constant(ctx: KernelContext, p: Params) -> Any:
+    return ctx.xp.asarray(np.asarray(p["value"], dtype=p.get("dtype", "float64")))
+
+
+def zeros(ctx: KernelContext, p: Params) -> Any:
+    return ctx.xp.zeros(_shape(p), dtype=_dtype(p))
+
+
+def ones(ctx: KernelContext, p: Params) -> Any:
+    return ctx.xp.ones(_shape(p), dtype=_dtype(p))
+
+
+def fill(ctx: KernelContext, p: Params) -> Any:
+    return ctx.xp.full(_shape(p), p["value"], dtype=_dtype(p))
+
+
+def uniform(ctx: KernelContext, p: Params) -> Any:
+    arr = _host_rng(p, ctx.step, ctx.stream).uniform(p.get("low", 0.0), p.get("high", 1.0), size=_shape(p))
+    return ctx.xp.asarray(arr.astype(_dtype(p), copy=False))
+
+
+def normal(ctx: KernelContext, p: Params) -> Any:
+    arr = _host_rng(p, ctx.step, ctx.stream).normal(p.get("mean", 0.0), p.get("stddev", 1.0), size=_shape(p))
+    return ctx.xp.asarray(arr.astype(_dtype(p), copy=False))
+
+
+def variable(ctx: KernelContext, p: Params, *ins: Any) -> Any:
+    if "value" in p:
+        return constant(ctx, p)
+    if ins:
+        return ctx.xp.array(ins[0], copy=True)
+    init = p.get("init", "zeros")
+    if init == "uniform":
+        return uniform(ctx, p)
+    if init == "normal":
+        return normal(ctx, p)
+    return (ones if init == "ones" else zeros)(ctx, p)
+
+
+def binary(fn_name: str) -> Any:
+    """An elementwise kernel of two inputs, or of one input and ``scalar``."""
+    def run(ctx: KernelContext, p: Params, a: Any, b: Any = None) -> Any:
+        return getattr(ctx.xp, fn_name)(a, p["scalar"] if b is None else b)
+    run.__name__ = fn_name
+    return run
+
+
+def reduce_sum(ctx: KernelContext, p: Params, x: Any) -> Any:
+    return ctx.xp.sum(x, axis=p.get("axis"), keepdims=bool(p.get("keepdims", False)))
+
+
+def reduce_mean(ctx: KernelContext, p: Params, x: Any) -> Any:
+    return ctx.xp.mean(x, axis=p.get("axis"), keepdims=bool(p.get("keepdims", False)))
+
+
+def split(ctx: KernelContext, p: Params, x: Any) -> tuple[Any, ...]:
+    return tuple(ctx.xp.array_split(x, int(p["num"]), axis=int(p.get("axis", 0) or 0)))
+
+
+def add_n(ctx: KernelContext, p: Params, *xs: Any) -> Any:
+    total = xs[0].copy() if len(xs) > 1 else xs[0]
+    for x in xs[1:]:
+        total = total + x
+    return total
+
+
+def mean_n(ctx: KernelContext, p: Params, *xs: Any) -> Any:
+    return add_n(ctx, p, *xs) / len(xs)
+
+
+def _best(p: Params, metrics: Sequence[Any]) -> int:
+    scores = [float(m) for m in metrics]
+    return scores.index(min(scores) if p["mode"] == "min" else max(scores))
+
+
+def select(ctx: KernelContext, p: Params, *metrics: Any) -> Any:
+    return ctx.xp.asarray(float(p["values"][_best(p, metrics)]))
+
+
+def pick(ctx: KernelContext, p: Params, *ins: Any) -> Any:
+    n = int(p["n"])
+    return ins[n + _best(p, ins[:n])]
+
+
+def load(ctx: KernelContext, p: Params) -> Any:
+    """Read a file on the worker that owns the op (never through the client)."""
+    path = os.path.join(ctx.base_dir, str(p["path"]))
+    array = formats.read_array(path, p)
+    if "shape" in p and tuple(array.shape) != tuple(p["shape"]):
+        raise RunError(f"op '{ctx.name}': {p['path']} holds an array of shape {list(array.shape)}, "
+                       f"but the spec declares shape {list(p['shape'])}")
+    return ctx.xp.asarray(array)
+
+
+def save(ctx: KernelContext, p: Params, x: Any) -> Any:
+    """Write a checkpoint atomically (``path`` was made absolute under the output directory)."""
+    path = str(p["path"])
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with atomic_open(path, "wb") as handle:
+        formats.write_array(handle, path, np.asarray(ctx.to_host(x)), p.get("format"))
+    return x
+
+
+def call(ctx: KernelContext, p: Params, *inputs: Any) -> Any:
+    """Run the user function ``fn`` with the inputs as device arrays and ``xp``."""
+    fn = ctx.user_function(str(p["fn"]))
+    xp = ctx.xp
+    device_inputs = [ctx.to_device(x) if x is not None else x for x in inputs]
+    kwargs = dict(p.get("params") or {})
+    if ctx.input_keys is not None:
+        kwargs.update(zip(ctx.input_keys, device_inputs))
+        result = fn(xp=xp, **kwargs)
+    else:
+        result = fn(*device_inputs, xp=xp, **kwargs)
+    if ctx.outputs > 1:
+        if not isinstance(result, (tuple, list)) or len(result) != ctx.outputs:
+            raise RunError(f"fn '{p['fn']}' must return {ctx.outputs} arrays, got {type(result).__name__}")
+        return tuple(xp.asarray(r) for r in result)
+    return xp.asarray(result)
