@@ -19,6 +19,11 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# mypy --strict on the package (mypy.ini) and the layer contracts of DESIGN §2 (.importlinter)
+lint: $(STAMP)
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
 BENCH_STAMP := $(VENV)/.installed-bench
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml

@@ -26,9 +26,9 @@ from .place import place
 from .validate import schema_text, validate
 
 if TYPE_CHECKING:
-    from .execute.worker import TaskWorkers
+    from .execute import TaskWorkers
 
-__all__ = ["Checked", "RunResult", "RunSettings", "check_file", "plan_file", "run_file", "run_plan", "schema_text",
+__all__ = ["Checked", "Plan", "RunResult", "RunSettings", "check_file", "plan_file", "run_file", "run_plan", "schema_text",
            "select_worker_task", "serve_worker", "validate_file", "worker_commands"]
 
 
@@ -85,7 +85,7 @@ def plan_file(path: str | os.PathLike[str], display_name: str | None = None) -> 
 def run_plan(plan: Plan, settings: RunSettings | None = None,
              echo: Callable[[str], None] | None = None) -> RunResult:
     """Run a plan on the cluster its spec (or ``settings``) names; its values and run report."""
-    from .execute.run import run_plan as execute
+    from .execute import run_plan as execute
 
     return execute(plan, settings, echo)
 
@@ -106,15 +106,14 @@ def run_file(path: str | os.PathLike[str], settings: RunSettings | None = None, 
 
 def select_worker_task(spec: Spec, job: str, task: int, gpus: Sequence[int] | None = None) -> "TaskWorkers":
     """The devices of ``/job:job/task:task`` (``gpus``: this machine's physical GPUs for its GPU devices)."""
-    from .execute.worker import select_task
+    from .execute import select_task
 
     return select_task(spec.cluster, job, task, gpus)
 
 
 def worker_commands(spec: Spec, selected: "TaskWorkers", scheduler: str, tls: Mapping[str, str | None]) -> list[str]:
     """The ``dask worker`` command of each device of ``selected`` (for dask-jobqueue, Kubernetes, ...)."""
-    from .execute.security import scheduler_address, tls_files
-    from .execute.worker import dask_worker_commands
+    from .execute import dask_worker_commands, scheduler_address, tls_files
 
     files = tls_files(spec.cluster.tls, spec.document.directory, tls.get("ca_file"), tls.get("cert"), tls.get("key"))
     return dask_worker_commands(selected, scheduler_address(scheduler, files), files)
@@ -124,8 +123,7 @@ def serve_worker(spec: Spec, selected: "TaskWorkers", scheduler: str, tls: Mappi
                  host: str | None = None, timeout: float = 30.0, echo: Callable[[str], None] = print,
                  warn: Callable[[str], None] = print, verbose: bool = False) -> int:
     """Start the task's device workers, connected to ``scheduler``; serve until a signal. The exit code."""
-    from .execute.security import make_security, scheduler_address, tls_files
-    from .execute.worker import serve_task
+    from .execute import make_security, scheduler_address, serve_task, tls_files
 
     files = tls_files(spec.cluster.tls, spec.document.directory, tls.get("ca_file"), tls.get("cert"), tls.get("key"))
     return serve_task(selected, scheduler_address(scheduler, files), host=host, security=make_security(files),

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 from importlib.metadata import PackageNotFoundError, version
-from typing import Callable, Sequence, TextIO
+from typing import Callable, NoReturn, Sequence, TextIO
 
 from . import api, report
 from .atomic import write_bytes, write_text
@@ -29,7 +29,7 @@ def _version() -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits; we return exit codes instead
+    def error(self, message: str) -> NoReturn:  # argparse exits; we return exit codes instead
         raise UsageError(f"{self.prog}: {message}")
 
 
@@ -136,24 +136,24 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK if all(r.ok(args.strict) for r in results) else EXIT_INVALID
 
 
-def _checked(path: str) -> api.Checked | None:
-    """Check a spec for plan/run/worker: diagnostics to stderr; ``None`` when it has errors."""
+def _checked(path: str) -> api.Plan | None:
+    """The plan of a spec for plan/run/worker: diagnostics to stderr; ``None`` when it has errors."""
     checked = api.check_file(path)
     if checked.errors or checked.plan is None:
         sys.stderr.write(report.diagnostics_text([(checked.file, checked.diagnostics)]))
         return None
     for d in checked.warnings:
         sys.stderr.write(d.render() + "\n")
-    return checked
+    return checked.plan
 
 
 def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
-    checked = _checked(args.file)
-    if checked is None:
+    plan = _checked(args.file)
+    if plan is None:
         return EXIT_INVALID
     if args.dot:
-        _write_dot(args.dot, report.plan_dot(checked.plan))
-    out.write(report.PLAN_FORMATS[args.format](checked.plan))
+        _write_dot(args.dot, report.plan_dot(plan))
+    out.write(report.PLAN_FORMATS[args.format](plan))
     return EXIT_OK
 
 
@@ -172,24 +172,29 @@ def _write_dot(target: str, dot_source: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    checked = _checked(args.file)
-    if checked is None:
+    plan = _checked(args.file)
+    if plan is None:
         return EXIT_INVALID
     settings = api.RunSettings(scheduler=args.scheduler, keep_alive=args.keep_alive, output_dir=args.output_dir,
-                           report_path=args.report, performance_report=args.performance_report,
-                           progress=args.progress, gpu_backend=args.gpu_backend,
-                           wait_for_workers=args.wait_for_workers, tls_ca_file=args.tls_ca_file,
-                           tls_cert=args.tls_cert, tls_key=args.tls_key, task_names=args.task_names)
-    result = api.run_plan(checked.plan, settings, lambda text: (out.write(text + "\n"), out.flush()))
+                               report_path=args.report, performance_report=args.performance_report,
+                               progress=args.progress, gpu_backend=args.gpu_backend,
+                               wait_for_workers=args.wait_for_workers, tls_ca_file=args.tls_ca_file,
+                               tls_cert=args.tls_cert, tls_key=args.tls_key, task_names=args.task_names)
+
+    def echo(text: str) -> None:
+        out.write(text + "\n")
+        out.flush()
+
+    result = api.run_plan(plan, settings, echo)
     out.write(report.placement_summary(result.report))
     return EXIT_OK
 
 
 def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
-    checked = _checked(args.file)
-    if checked is None or checked.spec is None:
+    plan = _checked(args.file)
+    if plan is None:
         return EXIT_INVALID
-    spec = checked.spec
+    spec = plan.spec
     selected = api.select_worker_task(spec, args.job, args.task, args.gpus)
     tls = {"ca_file": args.tls_ca_file, "cert": args.tls_cert, "key": args.tls_key}
     address = args.scheduler or spec.cluster.scheduler

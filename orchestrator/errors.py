@@ -22,8 +22,9 @@ The exception tree::
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Iterable, Literal, Sequence
 
 Severity = Literal["error", "warning"]
 YamlPath = tuple[str | int, ...]
@@ -140,7 +141,7 @@ class DeviceOutOfMemory(RunError):
             f"{format_bytes(in_use)} in use, limit is {format_bytes(limit)}"
         )
 
-    def __reduce__(self):  # travels from worker to client intact
+    def __reduce__(self) -> tuple[type[DeviceOutOfMemory], tuple[str, str, int, int, int]]:  # worker -> client intact
         return (type(self), (self.device, self.op, self.requested, self.in_use, self.limit))
 
 
@@ -150,6 +151,12 @@ class NoWorkerError(RunError):
 
 class PlacementMismatch(RunError):
     """After the run, an op is found to have run on a worker its plan did not allow."""
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """``did you mean 'worker'?`` for the closest candidate, or ``""``: the hint for an unknown name."""
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else ""
 
 
 def format_bytes(n: int | float) -> str:

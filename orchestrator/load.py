@@ -247,14 +247,14 @@ class _SpecConstructor(SafeConstructor):
 
 _MISSING: Any = object()
 
-_SpecConstructor.add_constructor(_YAML + "timestamp", _SpecConstructor.construct_iso_timestamp)
-_SpecConstructor.add_constructor(_YAML + "int", _SpecConstructor.construct_checked_int)
-_SpecConstructor.add_constructor(_YAML + "float", _SpecConstructor.construct_checked_float)
-_SpecConstructor.add_constructor(_YAML + "bool", _SpecConstructor.construct_checked_bool)
+_SpecConstructor.add_constructor(_YAML + "timestamp", _SpecConstructor.construct_iso_timestamp)  # type: ignore[type-var]
+_SpecConstructor.add_constructor(_YAML + "int", _SpecConstructor.construct_checked_int)  # type: ignore[type-var]
+_SpecConstructor.add_constructor(_YAML + "float", _SpecConstructor.construct_checked_float)  # type: ignore[type-var]
+_SpecConstructor.add_constructor(_YAML + "bool", _SpecConstructor.construct_checked_bool)  # type: ignore[type-var]
 # A lone '=' or '<<' outside a merge key has no SafeConstructor at all (PyYAML
 # fails on 'x: ='); they are just strings.
-_SpecConstructor.add_constructor(_YAML + "value", SafeConstructor.construct_yaml_str)
-_SpecConstructor.add_constructor(_MERGE_TAG, SafeConstructor.construct_yaml_str)
+_SpecConstructor.add_constructor(_YAML + "value", SafeConstructor.construct_yaml_str)  # type: ignore[type-var]
+_SpecConstructor.add_constructor(_MERGE_TAG, SafeConstructor.construct_yaml_str)  # type: ignore[type-var]
 
 
 def _loader_class(base: type) -> type:
@@ -636,6 +636,7 @@ def _parse(text: str, file: str, directory: str, loader_class: type) -> Document
     if loader.duplicates:
         assert root is not None
         raise LoadError(_duplicate_diagnostics(loader.duplicates, root, file))
+    assert root is not None  # a document with data has a root node
     return Document(file=file, data=data, locate_fn=_Locator(root), directory=directory)
 
 

@@ -410,7 +410,8 @@ class Plan:
         if cache is None:
             cache = {p.op: p for p in self.placements}
             object.__setattr__(self, "_placement_index", cache)
-        return cache[op]
+        placement: Placement = cache[op]
+        return placement
 
 
 # --------------------------------------------------------------------------- compiled graphs

@@ -7,10 +7,10 @@ order and never overwritten, by
 
 1. the first placement rule whose ``match`` holds (a device function): its
    ``device`` fields, or for ``round_robin: /job:ps`` the job and the next task
-   of that job — by count in graph order (``replica_device_setter``) or, with
-   ``by: bytes``, the task holding the fewest bytes so far (ties: the lowest
-   task; an op of unknown size weighs nothing). An op already pinned to
-   another job, or to a task, takes no turn;
+   of that job, as the rule's strategy (``by:``, :mod:`orchestrator.strategies`)
+   chooses: by count in graph order (``replica_device_setter``, the default)
+   or, with ``by: bytes``, the task holding the fewest bytes so far. An op
+   already pinned to another job, or to a task, takes no turn;
 2. ``placement.default``;
 3. TF's defaults: the default job, replica 0, task 0, and ``GPU:0`` when the
    op has a GPU kernel and its task has a GPU, else ``CPU:0``.
@@ -34,20 +34,20 @@ defaults), ``colocated with 'x'`` or ``soft fallback``. An input read from
 another device is a transfer, listed once per consuming op.
 
 State: the placer walks ops in topological order keeping only the devices
-already chosen (for colocation and transfers) and, per round-robin rule, a
-counter or the bytes given to each task. It is deterministic: the same spec
+already chosen (for colocation and transfers) and, per round-robin rule, its
+strategy's state (a counter, or the bytes given to each task). It is deterministic: the same spec
 gives the same plan.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 from .devices import ANY, DeviceSpec
 from .errors import Diagnostic
 from .model import Cluster, Op, OpRef, Placement, PlacementConfig, Plan, Spec, Transfer
 from .ops import kernels_of
+from .strategies import DEFAULT, STRATEGIES, TaskStrategy
 
 FIELDS = ("job", "replica", "task", "device_type", "device_index")
 
@@ -78,28 +78,11 @@ class _Resolution:
 
 
 @dataclass
-class _RoundRobin:
-    """Per-rule state: the next task by count, or the bytes already given to each task."""
-
-    count: int = 0
-    loads: dict[int, int] = field(default_factory=dict)
-
-    def next_task(self, tasks: int, by: str, nbytes: int) -> int:
-        if by == "bytes":
-            task = min(range(tasks), key=lambda t: (self.loads.get(t, 0), t))
-            self.loads[task] = self.loads.get(task, 0) + nbytes
-            return task
-        task = self.count % tasks
-        self.count += 1
-        return task
-
-
-@dataclass
 class Placer:
     spec: Spec
     diagnostics: list[Diagnostic] = field(default_factory=list)
     chosen: dict[str, DeviceSpec] = field(default_factory=dict)
-    round_robin: dict[int, _RoundRobin] = field(default_factory=dict)
+    round_robin: dict[int, TaskStrategy] = field(default_factory=dict)  # per rule, its strategy's state
 
     @property
     def cluster(self) -> Cluster:
@@ -144,8 +127,11 @@ class Placer:
         job = self.cluster.job(res.spec.job)
         if res.spec.task is None and job is not None and res.spec.job == rr.job:
             nbytes = _sum_known([self.spec.value(_ref(op.name, i, op.outputs)).nbytes for i in range(op.outputs)]) or 0
-            task = self.round_robin.setdefault(rule.index, _RoundRobin()).next_task(job.tasks, rule.by, nbytes)
-            res.fill(DeviceSpec(task=task), f"{label} (round_robin{' by bytes' if rule.by == 'bytes' else ''})")
+            strategy = self.round_robin.get(rule.index)
+            if strategy is None:
+                strategy = self.round_robin[rule.index] = STRATEGIES[rule.by]()
+            task = strategy.next_task(job.tasks, nbytes)
+            res.fill(DeviceSpec(task=task), f"{label} (round_robin{'' if rule.by == DEFAULT else ' by ' + rule.by})")
 
     def apply_defaults(self, op: Op, res: _Resolution) -> None:
         res.fill(DeviceSpec(job=self.cluster.default_job, replica=0, task=0), "default")
@@ -240,7 +226,3 @@ def place(spec: Spec) -> Plan:
     placer = Placer(spec)
     placements = tuple(placer.place(op) for op in spec.ops)
     return Plan(spec, placements, (), tuple(placer.diagnostics))
-
-
-Strategy = Callable[[Spec], Plan]
-STRATEGIES: Mapping[str, Strategy] = {"tensorflow": place}

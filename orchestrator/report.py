@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .errors import Diagnostic, format_bytes, format_path
 from .model import DeviceMemory, Placement, Plan
-from .ops import lookup
+from .ops import tf_name
 
 PLAN_JSON_VERSION = 1
 
@@ -73,11 +73,6 @@ DIAGNOSTIC_FORMATS: Mapping[str, Callable[[Files, bool], str]] = {
 
 
 # --------------------------------------------------------------------------- plans
-
-
-def tf_name(kind: str) -> str:
-    definition = lookup(kind)
-    return definition.tf_name if definition else kind
 
 
 def placement_line(p: Placement) -> str:

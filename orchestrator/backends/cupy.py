@@ -46,8 +46,8 @@ class CupyBackend:
 
     def _make_pool(self, cupy: Any, config: DeviceConfig) -> Any:
         try:
-            import rmm  # type: ignore[import-not-found]
-            from rmm.allocators.cupy import rmm_cupy_allocator  # type: ignore[import-not-found]
+            import rmm
+            from rmm.allocators.cupy import rmm_cupy_allocator
 
             rmm.reinitialize(pool_allocator=True, maximum_pool_size=config.memory_limit)
             cupy.cuda.set_allocator(rmm_cupy_allocator)

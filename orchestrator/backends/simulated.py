@@ -32,7 +32,7 @@ class SimulatedGPUBackend:
         self.in_use = 0
         self.peak = 0
         self.reserved = config.memory_limit if config.reserve_at_start else 0
-        self._tracked: dict[int, weakref.finalize] = {}
+        self._tracked: dict[int, weakref.finalize[Any, Any]] = {}
         self._lock = threading.Lock()
 
     def to_device(self, value: Any, op: str) -> Any:

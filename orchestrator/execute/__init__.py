@@ -1,7 +1,14 @@
-"""Execution: clusters, device backends, the worker runtime and the runner.
+"""Execution: clusters, the device runtime on workers, running plans, remote worker launchers.
 
-``compile`` (a sibling stage) turns a plan into a Dask graph; this package
-starts or connects to a cluster, runs that graph there, checks where every op
-ran and writes the outputs. It is the only place ``distributed`` and ``cupy``
-are imported, lazily.
+``compile`` (a sibling stage) turns a plan into Dask graphs; this package
+starts or connects to a cluster, runs those graphs there, checks where every
+op ran and writes the outputs. It is the only stage importing
+``distributed``; ``api`` imports it only when something runs.
 """
+
+from .run import run_plan
+from .security import make_security, scheduler_address, tls_files
+from .worker import TaskWorkers, dask_worker_commands, select_task, serve_task
+
+__all__ = ["TaskWorkers", "dask_worker_commands", "make_security", "run_plan", "scheduler_address", "select_task",
+           "serve_task", "tls_files"]

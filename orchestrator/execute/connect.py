@@ -109,5 +109,5 @@ def cuda_counter(cluster: Any, client: Any) -> Callable[[], int]:
             return 0
         counts = client.run(cuda_device_count, workers=gpu_workers)
         # each worker sees its task's GPUs (its own first); enough if each sees as many as the task uses
-        return min(counts.values())
+        return int(min(counts.values()))
     return count

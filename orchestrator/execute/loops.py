@@ -94,15 +94,15 @@ class StagedRun:
                 done |= set(ready)
             if not pending:
                 break
-            loop = next((lp for lp in pending if all(
+            next_loop = next((lp for lp in pending if all(
                 d in done or d in lp.body for name in lp.body for d in self.deps(name))), None)
-            if loop is None:
+            if next_loop is None:
                 if ready:
                     continue
                 raise RunError("cannot order the loops of this spec: a loop reads a value made after it")
-            pending.remove(loop)
-            self.run_loop(loop)
-            done |= set(loop.body) | {n for n in exports if n.startswith(loop.name + ".")}
+            pending.remove(next_loop)
+            self.run_loop(next_loop)
+            done |= set(next_loop.body) | {n for n in exports if n.startswith(next_loop.name + ".")}
         return self.outputs()
 
     def run_outer(self, ready: list[str], readers: Mapping[str, set[str]], output_ops: set[str]) -> None:

@@ -59,9 +59,10 @@ def _result_dtype(*dtypes: str | None) -> str | None:
 
 
 @lru_cache(maxsize=None)
-def _scalar_result(dtype: str, scalar: type) -> str:
+def _scalar_result(dtype: str, scalar_type: str) -> str:
     # NumPy 2 promotes a Python scalar weakly: int array * 2 stays int, * 0.5 becomes float64
-    return str(np.result_type(np.dtype(dtype), scalar(1)))
+    scalar = {"bool": True, "int": 1, "float": 1.0, "complex": 1j}.get(scalar_type, 1.0)
+    return str(np.result_type(np.dtype(dtype), scalar))
 
 
 # --------------------------------------------------------------------------- inference
@@ -135,7 +136,7 @@ def infer_elementwise(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, .
     if len(ins) == 1:
         if "scalar" not in p:
             raise ShapeError("needs two inputs, or one input and 'scalar'", "add 'scalar: 2' or a second input")
-        dtype = _scalar_result(ins[0].dtype, type(p["scalar"])) if ins[0].dtype else None
+        dtype = _scalar_result(ins[0].dtype, type(p["scalar"]).__name__) if ins[0].dtype else None
         return (ValueInfo(ins[0].shape, dtype),)
     if "scalar" in p:
         raise ShapeError("takes either two inputs or one input and 'scalar', not both", "remove 'scalar'",

@@ -1,4 +1,4 @@
-"""Hardening: hostile or broken input is refused quickly and clearly, and failed runs leave no mess.
+"""Hostile or broken input is refused quickly and clearly, never with a traceback.
 
 * the invalid corpus, through the CLI: every line is a positioned diagnostic
   (``file:line:col:`` with both >= 1) or the summary, never a traceback
@@ -6,12 +6,7 @@
   guarantee for every line of every file, in every output format);
 * YAML that attacks the loader (Python tags, alias bombs, 100 MB files) and
   specs that expand to absurd sizes (construct bombs, 10^9 tasks) are
-  refused with their own diagnostic, in bounded time;
-* output paths that escape the output directory are refused, by validate and
-  again at run time, unless ``run.allow_absolute_paths`` says otherwise;
-* a run that fails midway leaves earlier output files byte-for-byte as they
-  were, with no temporary files left behind, and an op that raises is
-  reported with its op, device, exception and the user's line (exit code 1).
+  refused with their own diagnostic, in bounded time.
 
 Time bounds here only catch hangs (a refusal that takes minutes); speed is
 measured by the benchmarks.
@@ -21,7 +16,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import textwrap
 import time
@@ -30,11 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import run_file
 from orchestrator.api import Checked, check_file
 from orchestrator.cli import run_cli
-from orchestrator.errors import OpFailedError, RunError
-from orchestrator.execute.outputs import resolve_output
 from orchestrator.load import MAX_SPEC_BYTES
 from orchestrator.model import OpRef
 
@@ -132,7 +123,6 @@ def test_the_whole_corpus_in_one_call_is_quick(at_repo_root: None, capsys: pytes
     code, _, _ = cli(["validate", *INVALID], capsys)
     assert code == 1
     assert time.perf_counter() - start < 30, "the corpus includes bombs: one of them was not refused quickly"
-
 
 # ------------------------------------------------------------------- hostile YAML
 
@@ -369,147 +359,3 @@ def test_keys_that_are_not_text_are_diagnostics(tmp_path: Path, yaml_key: str) -
     assert [d.line for d in checked.diagnostics] == [4, 10, 11, 15]
 
 
-# ------------------------------------------------------------------- output paths
-
-
-OUTPUTS = """\
-    version: 1
-    graph:
-      - {name: a, op: ones, shape: [2]}
-      - {name: b, op: zeros, shape: [2]}
-      - {name: s, op: save, inputs: [a], path: ../saved.npy}
-    outputs:
-      a: ../../etc/x.npy
-      b: /tmp/abs.npy
-    """
-
-
-def test_output_paths_outside_the_output_directory_are_refused(tmp_path: Path) -> None:
-    checked = check_file(write(tmp_path / "spec.yaml", OUTPUTS))
-    assert [(d.path, d.message, d.hint) for d in checked.diagnostics] == [
-        (("graph", 2, "path"), "save path '../saved.npy' escapes the output directory",
-         "remove '..' or set run.allow_absolute_paths: true"),
-        (("outputs", "a"), "output path '../../etc/x.npy' escapes the output directory",
-         "remove '..' or set run.allow_absolute_paths: true"),
-        (("outputs", "b"), "output path '/tmp/abs.npy' is absolute",
-         "use a path relative to the output directory, or set run.allow_absolute_paths: true"),
-    ]
-
-
-def test_output_paths_outside_are_accepted_when_allowed(tmp_path: Path) -> None:
-    checked = check_file(write(tmp_path / "spec.yaml", OUTPUTS + "run: {allow_absolute_paths: true}\n"))
-    assert checked.ok(strict=True), [d.render() for d in checked.diagnostics]
-
-
-@pytest.mark.parametrize("target", ["../../etc/x.npy", "../x.npy", "a/../../x.npy", "/tmp/abs.npy", "/etc/passwd"])
-def test_resolve_output_refuses_escaping_paths_unless_allowed(tmp_path: Path, target: str) -> None:
-    base = str(tmp_path / "out")
-    with pytest.raises(RunError, match=r"escapes the output directory .*allow_absolute_paths"):
-        resolve_output(target, base, allow_outside=False)
-    resolved = resolve_output(target, base, allow_outside=True)
-    assert resolved == os.path.normpath(os.path.join(base, target))
-
-
-@pytest.mark.parametrize("target", ["x.npy", "sub/x.npy", "a/../x.npy", "./x.npy"])
-def test_resolve_output_keeps_paths_inside(tmp_path: Path, target: str) -> None:
-    base = str(tmp_path / "out")
-    resolved = resolve_output(target, base, allow_outside=False)
-    assert os.path.commonpath([resolved, base]) == base
-
-
-def test_csv_outputs_of_more_than_two_dimensions_are_refused_before_running(tmp_path: Path) -> None:
-    checked = check_file(write(tmp_path / "spec.yaml", """\
-        version: 1
-        graph:
-          - {name: a, op: ones, shape: [2, 2, 2]}
-          - {name: s, op: save, inputs: [a], path: s.csv}
-        outputs:
-          a: a.csv
-        """))
-    assert [(d.code, d.path) for d in checked.diagnostics] == [("output-format", ("graph", 1, "path")),
-                                                               ("output-format", ("outputs", "a"))]
-    assert checked.diagnostics[0].message == "op 's' saves shape [2, 2, 2]; a CSV file holds at most 2 dimensions"
-    assert checked.diagnostics[1].message == "output 'a' has shape [2, 2, 2]; a CSV file holds at most 2 dimensions"
-
-
-# ------------------------------------------------------------------- runs that fail
-
-
-USER_MODULE = '''\
-def boom(x, xp):
-    values = x * 2
-    raise ValueError("boom")
-'''
-
-
-def failing_spec(tmp_path: Path) -> Path:
-    (tmp_path / "hardening_usermod.py").write_text(USER_MODULE, encoding="utf-8")
-    return write(tmp_path / "failing.yaml", """\
-        version: 1
-        graph:
-          - {name: a, op: ones, shape: [3]}
-          - {name: b, op: mul, inputs: [a], scalar: 2}
-          - {name: c, op: call, fn: "hardening_usermod:boom", inputs: [b]}
-        outputs:
-          a: out/a.npy
-          b: out/b.csv
-          c: out/c.npy
-        """)
-
-
-def leftovers(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".") and p.name.endswith(".tmp"))
-
-
-@pytest.mark.cluster
-def test_a_run_failing_midway_leaves_earlier_outputs_unchanged(tmp_path: Path) -> None:
-    spec = failing_spec(tmp_path)
-    out = tmp_path / "out"
-    out.mkdir()
-    before = {"a.npy": b"old a: not even an array", "b.csv": b"1,2,3\n", "c.npy": b"old c"}
-    for name, content in before.items():
-        (out / name).write_bytes(content)
-    with pytest.raises(OpFailedError) as failed:
-        run_file(spec, echo=lambda s: None)
-    assert failed.value.op == "c" and failed.value.error == "ValueError: boom"
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert leftovers(out) == []
-
-
-@pytest.mark.cluster
-def test_a_run_failing_while_writing_outputs_leaves_earlier_outputs_unchanged(tmp_path: Path) -> None:
-    spec = write(tmp_path / "spec.yaml", """\
-        version: 1
-        graph:
-          - {name: a, op: ones, shape: [3]}
-          - {name: b, op: zeros, shape: [3]}
-        outputs:
-          a: out/a.npy
-          b: out/blocked/b.npy
-        """)
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "a.npy").write_bytes(b"old a")
-    (out / "blocked").write_bytes(b"a file where b's directory should be")
-    with pytest.raises((RunError, OSError)):
-        run_file(spec, echo=lambda s: None)
-    assert (out / "a.npy").read_bytes() == b"old a"  # a was ready to be written, but not alone
-    assert (out / "blocked").read_bytes() == b"a file where b's directory should be"
-    assert leftovers(out) == []
-
-
-@pytest.mark.cluster
-def test_an_op_that_raises_names_op_device_error_and_user_line(tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    spec = failing_spec(tmp_path)
-    code, out, err = cli(["run", str(spec), "--no-progress"], capsys)
-    assert code == 1, out + err
-    assert "op 'c'" in err
-    assert CPU0 in err
-    assert "ValueError: boom" in err
-    user_file = tmp_path / "hardening_usermod.py"
-    assert f"{user_file}:3" in err
-    assert 'raise ValueError("boom")' in err
-    assert "Traceback" not in out + err
-    assert "internal error" not in err
-    assert not (tmp_path / "out").exists()  # nothing written, not even the directory's first file

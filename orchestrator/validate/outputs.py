@@ -1,0 +1,98 @@
+"""Files a run reads and writes: formats (from the formats registry), paths, ranks.
+
+The spec's ``outputs`` and every op that declares files (``reads`` /
+``writes`` in the op catalog: ``load``, ``save``) are checked here, so a run
+never fails after computing everything because of a file it cannot write.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Mapping
+
+from .. import formats
+from ..errors import YamlPath, did_you_mean
+from ..model import Op, OpRef, Output, RunOptions, ValueInfo
+from ..ops import lookup
+from .checker import Checker
+from .graph import check_ref, fmt_shape, label
+
+
+def _format_of(c: Checker, target: str, path: YamlPath, what: str, named: str | None,
+               usable: Callable[[formats.FileFormat], bool], stdout: bool = False) -> formats.FileFormat | None:
+    """The format a file is read or written in; a diagnostic and None when there is no usable one."""
+    code = "output-format" if what != "load path" else "load-format"
+    if named is not None and named not in formats.FORMATS:
+        usable_names = [name for name, f in formats.FORMATS.items() if usable(f)]
+        c.error(code, (*path[:-1], "format"), f"unknown file format '{named}'",
+                did_you_mean(named, usable_names) or f"formats: {', '.join(usable_names)}")
+        return None
+    fmt = formats.chosen(target, named)
+    if fmt is not None and usable(fmt):
+        return fmt
+    allowed = formats.suffixes(usable)
+    hint = f"use {', '.join(allowed)}" + (" or '-' for stdout" if stdout else "")
+    if fmt is None:
+        c.error(code, path, f"{what} '{target}' has an unknown format", hint)
+    else:
+        c.error(code, path, f"{what} '{target}' is a {fmt.name} file, which "
+                f"{'load' if what == 'load path' else 'save'} cannot use", hint)
+    return None
+
+
+def check_target(c: Checker, target: str, path: YamlPath, run: RunOptions, what: str) -> bool:
+    """A file the run writes stays inside the output directory unless allowed out. True if fine."""
+    if os.path.isabs(target) and not run.allow_absolute_paths:
+        c.error("output-path", path, f"{what} '{target}' is absolute",
+                "use a path relative to the output directory, or set run.allow_absolute_paths: true")
+    elif ".." in os.path.normpath(target).split(os.sep) and not run.allow_absolute_paths:
+        c.error("output-path", path, f"{what} '{target}' escapes the output directory",
+                "remove '..' or set run.allow_absolute_paths: true")
+    else:
+        return True
+    return False
+
+
+def _info(values: Mapping[str, tuple[ValueInfo, ...]], ref: OpRef) -> ValueInfo | None:
+    infos = values.get(ref.op, ())
+    index = ref.output or 0
+    return infos[index] if index < len(infos) else None
+
+
+def _check_rank(c: Checker, fmt: formats.FileFormat, info: ValueInfo | None, path: YamlPath, what: str) -> None:
+    """A format that holds a table: the run would fail after computing everything."""
+    if fmt.max_ndim is not None and info is not None and info.shape is not None and len(info.shape) > fmt.max_ndim:
+        c.error("output-format", path, f"{what} shape {fmt_shape(info.shape)}; a {fmt.name.upper()} file holds at "
+                f"most {fmt.max_ndim} dimensions", f"write it to .npy, or reshape it to {fmt.max_ndim} dimensions first")
+
+
+def check_outputs(c: Checker, data: Mapping[str, Any], by_name: Mapping[str, Op], run: RunOptions,
+                  values: Mapping[str, tuple[ValueInfo, ...]]) -> tuple[Output, ...]:
+    out = []
+    names = list(by_name)
+    for key, target in (data.get("outputs") or {}).items():
+        path = ("outputs", key)
+        ref = OpRef.parse(str(key))
+        check_ref(c, ref, by_name, names, path, f"op '{ref}' named in outputs", key=True)
+        if target != "-":
+            fmt = _format_of(c, str(target), path, "output path", None, lambda f: True, stdout=True)
+            if fmt is not None and check_target(c, str(target), path, run, "output path"):
+                _check_rank(c, fmt, _info(values, ref), path, f"output '{ref}' has")
+        out.append(Output(ref, str(target), path))
+    seen: set[YamlPath] = set()
+    for op in by_name.values():
+        definition = lookup(op.kind)
+        if definition is None or op.path in seen:
+            continue
+        seen.add(op.path)  # an op in a replicated body is one line of YAML
+        for param in definition.writes:
+            if param in op.params:
+                target, where = str(op.params[param]), (*op.path, param)
+                fmt = _format_of(c, target, where, "save path", op.params.get("format"), lambda f: f.saveable)
+                if fmt is not None and check_target(c, target, where, run, "save path") and op.inputs:
+                    _check_rank(c, fmt, _info(values, op.inputs[0]), where, f"op {label(op)} saves")
+        for param in definition.reads:
+            if param in op.params:
+                _format_of(c, str(op.params[param]), (*op.path, param), "load path", op.params.get("format"),
+                           lambda f: f.read is not None)
+    return tuple(out)

@@ -1,0 +1,127 @@
+"""The package's shape: imports go down the layers, with no cycle, and compile needs no distributed.
+
+DESIGN §2: cli -> api -> stages -> model -> devices -> errors. ``make lint``
+checks the layer contracts with import-linter; this test checks the one
+property every contract relies on — the import graph of ``orchestrator/``
+has no cycle — by reading every module's imports with ``ast`` (imports
+inside functions included: a lazy import is still a dependency).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "orchestrator"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, name: str, modules: set[str]) -> set[str]:
+    """The package modules ``path`` imports (``from . import x`` resolves to the submodule when it is one)."""
+    is_package = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            # ``from pkg import sub`` depends on the submodule; ``from pkg import name`` on pkg itself
+            targets = [f"{prefix}.{alias.name}" if f"{prefix}.{alias.name}" in modules else prefix
+                       for alias in node.names]
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                out.add(target)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    modules = set(files)
+    return {name: _imports(path, name, modules) for name, path in files.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return stack[stack.index(dep):] + [dep]
+            if dep not in state:
+                found = visit(dep)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    graph = import_graph()
+    assert len(graph) > 30  # the walk really found the package
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_compile_imports_without_distributed() -> None:
+    """The compiler is a pure stage: importing it (and compiling a plan) loads no ``distributed``."""
+    code = (
+        "import sys\n"
+        "import orchestrator.compile as c\n"
+        "from orchestrator.api import plan_file\n"
+        "plan = plan_file(sys.argv[1])\n"
+        "graph = c.compile_plan(plan, 'tok')\n"
+        "assert graph.tasks, 'nothing compiled'\n"
+        "print(sorted(m for m in sys.modules if m == 'distributed' or m.startswith('distributed.')))\n"
+    )
+    spec = PACKAGE.parent / "examples" / "quickstart.yaml"
+    done = subprocess.run([sys.executable, "-c", code, str(spec)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_only_execute_imports_distributed_and_only_the_cupy_backend_imports_cupy() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        name = _module_name(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            found = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            for module in found:
+                top = module.split(".")[0]
+                if top == "distributed":
+                    assert name.startswith("orchestrator.execute"), f"{name} imports {module}"
+                if top == "cupy":
+                    assert name == "orchestrator.backends.cupy", f"{name} imports {module}"
+                if top == "yaml":
+                    assert name == "orchestrator.load", f"{name} imports {module}"
+                if top == "jsonschema":
+                    assert name == "orchestrator.validate.schema", f"{name} imports {module}"

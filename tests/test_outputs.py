@@ -1,0 +1,245 @@
+"""Outputs: paths stay inside the output directory, files are written all or nothing.
+
+* output paths that escape the output directory are refused, by validate and
+  again at run time, unless ``run.allow_absolute_paths`` says otherwise;
+* a run that fails midway leaves earlier output files byte-for-byte as they
+  were, with no temporary files left behind, and an op that raises is
+  reported with its op, device, exception and the user's line (exit code 1);
+* files are written with the mode a plain ``open`` would give, and a symlink
+  cannot lead an output out of the output directory.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import textwrap
+import time
+from glob import glob
+from pathlib import Path
+
+import pytest
+
+from orchestrator import run_file
+from orchestrator.api import Checked, check_file
+from orchestrator.cli import run_cli
+from orchestrator.errors import OpFailedError, RunError
+from orchestrator.execute.outputs import resolve_output
+
+ROOT = Path(__file__).resolve().parent.parent
+INVALID = sorted(glob("specs/invalid/*.yaml", root_dir=ROOT))
+CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
+HANG = 5.0  # seconds: generous; a refusal that takes longer is a hang, not slowness
+
+
+@pytest.fixture
+def at_repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+
+
+def strict_file(path: str) -> bool:
+    """Files whose point is a warning say ``# strict: true`` in their header."""
+    for line in (ROOT / path).read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            return False
+        if line.strip() == "# strict: true":
+            return True
+    return False
+
+
+def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    out = io.StringIO()
+    code = run_cli(argv, out=out)
+    captured = capsys.readouterr()
+    return code, out.getvalue() + captured.out, captured.err
+
+
+def timed_check(path: Path | str) -> tuple[Checked, float]:
+    start = time.perf_counter()
+    checked = check_file(path)
+    return checked, time.perf_counter() - start
+
+
+def codes(checked: Checked) -> list[str]:
+    return [d.code for d in checked.diagnostics]
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+import stat
+from orchestrator.atomic import write_text
+
+# ------------------------------------------------------------------- output paths
+
+
+OUTPUTS = """\
+    version: 1
+    graph:
+      - {name: a, op: ones, shape: [2]}
+      - {name: b, op: zeros, shape: [2]}
+      - {name: s, op: save, inputs: [a], path: ../saved.npy}
+    outputs:
+      a: ../../etc/x.npy
+      b: /tmp/abs.npy
+    """
+
+
+def test_output_paths_outside_the_output_directory_are_refused(tmp_path: Path) -> None:
+    checked = check_file(write(tmp_path / "spec.yaml", OUTPUTS))
+    assert [(d.path, d.message, d.hint) for d in checked.diagnostics] == [
+        (("graph", 2, "path"), "save path '../saved.npy' escapes the output directory",
+         "remove '..' or set run.allow_absolute_paths: true"),
+        (("outputs", "a"), "output path '../../etc/x.npy' escapes the output directory",
+         "remove '..' or set run.allow_absolute_paths: true"),
+        (("outputs", "b"), "output path '/tmp/abs.npy' is absolute",
+         "use a path relative to the output directory, or set run.allow_absolute_paths: true"),
+    ]
+
+
+def test_output_paths_outside_are_accepted_when_allowed(tmp_path: Path) -> None:
+    checked = check_file(write(tmp_path / "spec.yaml", OUTPUTS + "run: {allow_absolute_paths: true}\n"))
+    assert checked.ok(strict=True), [d.render() for d in checked.diagnostics]
+
+
+@pytest.mark.parametrize("target", ["../../etc/x.npy", "../x.npy", "a/../../x.npy", "/tmp/abs.npy", "/etc/passwd"])
+def test_resolve_output_refuses_escaping_paths_unless_allowed(tmp_path: Path, target: str) -> None:
+    base = str(tmp_path / "out")
+    with pytest.raises(RunError, match=r"escapes the output directory .*allow_absolute_paths"):
+        resolve_output(target, base, allow_outside=False)
+    resolved = resolve_output(target, base, allow_outside=True)
+    assert resolved == os.path.normpath(os.path.join(base, target))
+
+
+@pytest.mark.parametrize("target", ["x.npy", "sub/x.npy", "a/../x.npy", "./x.npy"])
+def test_resolve_output_keeps_paths_inside(tmp_path: Path, target: str) -> None:
+    base = str(tmp_path / "out")
+    resolved = resolve_output(target, base, allow_outside=False)
+    assert os.path.commonpath([resolved, base]) == base
+
+
+def test_csv_outputs_of_more_than_two_dimensions_are_refused_before_running(tmp_path: Path) -> None:
+    checked = check_file(write(tmp_path / "spec.yaml", """\
+        version: 1
+        graph:
+          - {name: a, op: ones, shape: [2, 2, 2]}
+          - {name: s, op: save, inputs: [a], path: s.csv}
+        outputs:
+          a: a.csv
+        """))
+    assert [(d.code, d.path) for d in checked.diagnostics] == [("output-format", ("graph", 1, "path")),
+                                                               ("output-format", ("outputs", "a"))]
+    assert checked.diagnostics[0].message == "op 's' saves shape [2, 2, 2]; a CSV file holds at most 2 dimensions"
+    assert checked.diagnostics[1].message == "output 'a' has shape [2, 2, 2]; a CSV file holds at most 2 dimensions"
+
+
+# ------------------------------------------------------------------- runs that fail
+
+
+USER_MODULE = '''\
+def boom(x, xp):
+    values = x * 2
+    raise ValueError("boom")
+'''
+
+
+def failing_spec(tmp_path: Path) -> Path:
+    (tmp_path / "hardening_usermod.py").write_text(USER_MODULE, encoding="utf-8")
+    return write(tmp_path / "failing.yaml", """\
+        version: 1
+        graph:
+          - {name: a, op: ones, shape: [3]}
+          - {name: b, op: mul, inputs: [a], scalar: 2}
+          - {name: c, op: call, fn: "hardening_usermod:boom", inputs: [b]}
+        outputs:
+          a: out/a.npy
+          b: out/b.csv
+          c: out/c.npy
+        """)
+
+
+def leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".") and p.name.endswith(".tmp"))
+
+
+@pytest.mark.cluster
+def test_a_run_failing_midway_leaves_earlier_outputs_unchanged(tmp_path: Path) -> None:
+    spec = failing_spec(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    before = {"a.npy": b"old a: not even an array", "b.csv": b"1,2,3\n", "c.npy": b"old c"}
+    for name, content in before.items():
+        (out / name).write_bytes(content)
+    with pytest.raises(OpFailedError) as failed:
+        run_file(spec, echo=lambda s: None)
+    assert failed.value.op == "c" and failed.value.error == "ValueError: boom"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert leftovers(out) == []
+
+
+@pytest.mark.cluster
+def test_a_run_failing_while_writing_outputs_leaves_earlier_outputs_unchanged(tmp_path: Path) -> None:
+    spec = write(tmp_path / "spec.yaml", """\
+        version: 1
+        graph:
+          - {name: a, op: ones, shape: [3]}
+          - {name: b, op: zeros, shape: [3]}
+        outputs:
+          a: out/a.npy
+          b: out/blocked/b.npy
+        """)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.npy").write_bytes(b"old a")
+    (out / "blocked").write_bytes(b"a file where b's directory should be")
+    with pytest.raises((RunError, OSError)):
+        run_file(spec, echo=lambda s: None)
+    assert (out / "a.npy").read_bytes() == b"old a"  # a was ready to be written, but not alone
+    assert (out / "blocked").read_bytes() == b"a file where b's directory should be"
+    assert leftovers(out) == []
+
+
+@pytest.mark.cluster
+def test_an_op_that_raises_names_op_device_error_and_user_line(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    spec = failing_spec(tmp_path)
+    code, out, err = cli(["run", str(spec), "--no-progress"], capsys)
+    assert code == 1, out + err
+    assert "op 'c'" in err
+    assert CPU0 in err
+    assert "ValueError: boom" in err
+    user_file = tmp_path / "hardening_usermod.py"
+    assert f"{user_file}:3" in err
+    assert 'raise ValueError("boom")' in err
+    assert "Traceback" not in out + err
+    assert "internal error" not in err
+    assert not (tmp_path / "out").exists()  # nothing written, not even the directory's first file
+
+
+def test_atomic_write_gives_the_umask_mode(tmp_path: Path) -> None:
+    target = tmp_path / "x.txt"
+    write_text(target, "hello")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~mask
+    assert target.read_text() == "hello"
+    assert [p.name for p in tmp_path.iterdir()] == ["x.txt"]  # no temporary left behind
+
+
+
+def test_output_symlink_out_of_the_output_directory_is_refused(tmp_path: Path) -> None:
+    import pytest
+
+    from orchestrator.errors import RunError
+    from orchestrator.execute.outputs import resolve_output
+
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "link").symlink_to(elsewhere)
+    with pytest.raises(RunError, match="escapes the output directory"):
+        resolve_output("link/x.npy", str(out), allow_outside=False)
+    assert resolve_output("link/x.npy", str(out), allow_outside=True).endswith("link/x.npy")
+    assert resolve_output("sub/x.npy", str(out), allow_outside=False) == str(out / "sub" / "x.npy")
