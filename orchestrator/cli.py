@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Place every op and estimate peak memory per device. "
                                    "Never imports user code, never starts a cluster.")
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--format", choices=sorted(report.PLAN_FORMATS), default="text")
     p.add_argument("--dot", metavar="FILE", help="write a Graphviz graph: .dot, or .svg/.png (needs 'dot')")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_plan)
