@@ -17,6 +17,7 @@ from . import api, report
 from .atomic import write_bytes, write_text
 from .errors import OrchestratorError, UsageError
 from .keys import OP_PREFIX_LIMIT, POLICIES
+from .model import GRANULARITIES
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -73,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long to wait for the devices of a remote cluster (default 30)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar (default: on a terminal)")
+    p.add_argument("--granularity", choices=GRANULARITIES, default="partition",
+                   help="a Dask task per device partition (loops: per device and window; the default), or per op "
+                        "(for debugging: every op its own task in the dashboard)")
     p.add_argument("--task-names", choices=POLICIES, default="auto",
                    help=f"how the dashboard groups tasks: by op name, or by op kind; auto: by name up to "
                         f"{OP_PREFIX_LIMIT} ops, by kind above (Dask's bookkeeping grows with the number of groups)")
@@ -179,7 +183,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
                                report_path=args.report, performance_report=args.performance_report,
                                progress=args.progress, gpu_backend=args.gpu_backend,
                                wait_for_workers=args.wait_for_workers, tls_ca_file=args.tls_ca_file,
-                               tls_cert=args.tls_cert, tls_key=args.tls_key, task_names=args.task_names)
+                               tls_cert=args.tls_cert, tls_key=args.tls_key, task_names=args.task_names,
+                               granularity=args.granularity)
 
     def echo(text: str) -> None:
         out.write(text + "\n")

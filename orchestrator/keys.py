@@ -67,6 +67,18 @@ class KeyNamer:
             return f"{name}{suffix}"
         return f"{kind_label(kind, params)}{suffix}-{name}"
 
+    def partition(self, label: str, kind: str, params: Mapping[str, Any], suffix: str) -> str:
+        """A device partition, named by its first op and how many follow (``towers/0/x+2``)."""
+        if self.naming == "op":
+            return f"{label}{suffix}"
+        return f"{kind_label(kind, params)}{suffix}-{label}"
+
+    def window(self, loop: str, device: str, suffix: str) -> str:
+        """One device's part of a loop window (``train@worker/0/GPU:1``): the loop and the device."""
+        if self.naming == "op":
+            return f"{loop}@{device}{suffix}"
+        return f"window{suffix}-{loop}@{device}"
+
     def helper(self, role: str, subject: str, suffix: str) -> str:
         """Keys of the tasks an op needs beside it: ``move``, ``done`` (control edge) and ``host``."""
         if self.naming == "op":

@@ -443,6 +443,8 @@ class CompiledGraph:
     moves: Mapping[tuple[str, str], str] = field(default_factory=dict)  # (source key, device) -> move key
     sink_keys: tuple[str, ...] = ()  # ops nothing else waits for: computed, waited for, not fetched
     transfers: int = 0  # values sent to another device (through a move task or as a direct dependency)
+    partition_ops: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # partition key -> its ops
+    done: Mapping[str, str] = field(default_factory=dict)  # op -> the key of the task that completes it
 
 
 @dataclass(frozen=True)
@@ -451,13 +453,19 @@ class CompiledWindow:
 
     graph: CompiledGraph
     carried: Mapping[str, Located]  # state variable -> its value after the window's last step
-    metric_keys: tuple[tuple[str, ...], ...]  # per step: one key per metric, in the loop's order
-    sink_keys: tuple[str, ...]  # body ops nothing reads (a save in the body): waited for
+    metric_keys: tuple[tuple[str, ...], ...]  # per chunk of steps: one key per metric, in the loop's order
+    sink_keys: tuple[str, ...]  # tasks nothing reads (a save in the body, a device's part of the window)
     persistent_moves: Mapping[tuple[str, str], str]  # moves of outer values, reused by later windows
     last_step: int  # the number of steps done once this window is
+    metrics_stacked: bool = False  # a metric key holds the window's values stacked (else one step's value)
+    devices: Mapping[str, str] = field(default_factory=dict)  # device -> its part of the window (gang windows)
 
 
 # --------------------------------------------------------------------------- runs
+
+
+GRANULARITIES = ("partition", "op")
+"""A Dask task per device partition (loops: per device and window, when they can), or per op."""
 
 
 @dataclass(frozen=True)
@@ -479,6 +487,7 @@ class RunSettings:
     tls_key: str | None = None
     on_loop_progress: Callable[[str, int, int], None] | None = None  # (loop, steps done, steps) per window
     task_names: str = "auto"  # how Dask keys are named: auto, op or kind (see orchestrator.keys)
+    granularity: str = "partition"  # a Dask task per device partition (loops: per window), or "op": per op
 
 
 @dataclass(frozen=True)
@@ -528,12 +537,13 @@ class RunTotals:
     ops: int
     tasks: int  # Dask tasks submitted
     moves: int  # planned transfers: values sent to another device
-    bytes_moved: int  # what Dask's transfer logs say it moved between workers for this run
+    bytes_moved: int  # bytes moved between workers for this run: Dask's transfer logs, plus loop windows' sends
     transfers_seen: int
+    bytes_exchanged: int = 0  # of which sent worker to worker by loop windows (not through Dask's transfers)
 
     def as_dict(self) -> dict[str, int]:
         return {"ops": self.ops, "tasks": self.tasks, "bytes_moved": self.bytes_moved, "moves": self.moves,
-                "transfers_seen": self.transfers_seen}
+                "transfers_seen": self.transfers_seen, "bytes_exchanged": self.bytes_exchanged}
 
 
 RUN_REPORT_FORMAT = 1
@@ -555,6 +565,8 @@ class RunReport:
     restarted_devices: tuple[str, ...] = ()
     unverified: tuple[str, ...] = ()  # ops whose record died with a restarted worker
     phases_seconds: Mapping[str, float] = field(default_factory=dict)
+    granularity: str = "partition"
+    loops: Mapping[str, str] = field(default_factory=dict)  # loop -> how its windows ran, and why
 
     @property
     def placement(self) -> dict[str, dict[str, int]]:
@@ -572,7 +584,8 @@ class RunReport:
                 "elapsed_seconds": self.elapsed_seconds, "ops": [r.as_dict() for r in self.ops],
                 "devices": [d.as_dict() for d in self.devices], "placement": self.placement,
                 "totals": self.totals.as_dict(), "restarted_devices": list(self.restarted_devices),
-                "unverified": list(self.unverified), "phases_seconds": dict(self.phases_seconds)}
+                "unverified": list(self.unverified), "phases_seconds": dict(self.phases_seconds),
+                "granularity": self.granularity, "loops": dict(self.loops)}
 
 
 @dataclass(frozen=True)

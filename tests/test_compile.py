@@ -33,7 +33,7 @@ def test_every_op_is_one_task_pinned_by_identity_resource_and_named_by_op(tmp_pa
         - {name: b, op: square, inputs: [a], device: /gpu:1}
         - {name: c, op: square, inputs: [a], device: /gpu:*}
         """)
-    graph = compile_plan(plan, "tok123")
+    graph = compile_plan(plan, "tok123", granularity="op")
     assert graph.resources["a-tok123"] == {f"device:{CPU}": 1}
     assert graph.resources["b-tok123"] == {f"device:{GPU1}": 1}
     assert graph.resources["c-tok123"] == {"GPU": 1, "task:/job:localhost/replica:0/task:0": 1}
@@ -50,7 +50,7 @@ def test_a_value_moves_once_per_consuming_device(tmp_path: Path) -> None:
         - {name: b3, op: add, inputs: [a, a], device: /gpu:0}
         - {name: c1, op: square, inputs: [a], device: /gpu:1}
         """)
-    graph = compile_plan(plan, "t")
+    graph = compile_plan(plan, "t", granularity="op")
     moves = [k for k in graph.tasks if k.startswith("move(")]
     assert moves == [f"move(a@localhost/0/GPU:0)-t-0"]  # three readers on GPU:0 share one move
     for name in ("b1", "b2", "b3"):
@@ -64,7 +64,7 @@ def test_control_edge_depends_on_a_token_on_the_producers_device(tmp_path: Path)
         - {name: big, op: ones, shape: [1000], device: /gpu:0}
         - {name: later, op: ones, shape: [2], device: /cpu:0, after: [big]}
         """)
-    graph = compile_plan(plan, "t")
+    graph = compile_plan(plan, "t", granularity="op")
     assert graph.tasks["later-t"].dependencies == {"done(big)-t"}
     assert graph.resources["done(big)-t"] == {f"device:{GPU0}": 1}
     assert graph.tasks["done(big)-t"].dependencies == {"big-t"}
@@ -77,7 +77,7 @@ def test_tuple_outputs_are_read_in_place_and_cut_out_only_to_cross(tmp_path: Pat
         - {name: here, op: square, inputs: ["s:0"], device: /cpu:0}
         - {name: there, op: square, inputs: ["s:1"], device: /gpu:0}
         """)
-    graph = compile_plan(plan, "t")
+    graph = compile_plan(plan, "t", granularity="op")
     here, there = graph.tasks["here-t"], graph.tasks["there-t"]
     assert here.dependencies == {"s-t"} and _payload(here).input_index == (0,)
     assert there.dependencies == {"s-t[1]"} and _payload(there).input_index == ()

@@ -30,11 +30,11 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from ..compile import CompileOptions, after_window, compile_fetch, compile_plan, compile_window, loop_start, \
-    lookup_value
+from ..compile import (CompileOptions, LoopState, after_window, compile_fetch, compile_gang_prep, compile_gang_window,
+                       compile_plan, compile_window, gang_blocker, loop_start, lookup_value)
 from ..devices import DeviceSpec
 from ..errors import RunError
-from ..model import CompiledGraph, CompiledWindow, Located, Loop, Plan
+from ..model import CompiledGraph, CompiledWindow, Located, Loop, OpRef, Plan
 
 
 class Submitter(Protocol):
@@ -60,6 +60,8 @@ class StagedRun:
     held: dict[str, Any] = field(default_factory=dict)  # key -> future: what must stay alive on the cluster
     client_values: dict[str, Any] = field(default_factory=dict)
     sinks: list[Any] = field(default_factory=list)
+    done: dict[str, Located] = field(default_factory=dict)  # op -> the task that completed it (control edges)
+    modes: dict[str, str] = field(default_factory=dict)  # loop -> how its windows ran, and why
 
     def deps(self, name: str) -> set[str]:
         op = self.plan.spec.op(name)
@@ -107,21 +109,31 @@ class StagedRun:
 
     def run_outer(self, ready: list[str], readers: Mapping[str, set[str]], output_ops: set[str]) -> None:
         compiled = compile_plan(self.plan, self.options.token, self.options.base_dir, only=ready, known=self.known,
-                                outputs=[], out_dir=self.options.out_dir, task_names=self.options.task_names)
+                                outputs=[], out_dir=self.options.out_dir, task_names=self.options.task_names,
+                                granularity=self.options.granularity, known_done=self.done)
         chosen = set(ready)
-        needed = [compiled.values[n].key for n in ready if readers.get(n, set()) - chosen or n in output_ops]
+        later = {n for n in ready if readers.get(n, set()) - chosen or n in output_ops}
+        needed = list(dict.fromkeys(
+            [located.key for text, located in compiled.values.items()
+             if text not in self.known and OpRef.parse(text).op in later] +
+            [key for name, key in compiled.done.items() if name in later and name not in self.done]))
         futures = self.submitter.submit(compiled, needed)
         self.sinks += [futures[k] for k in compiled.sink_keys]
         self.known.update(compiled.values)
+        self.done.update({name: Located(key, self.plan.placement(name).device) for name, key in compiled.done.items()})
         self.held.update({k: futures[k] for k in needed})
 
     def run_loop(self, loop: Loop) -> None:
         state = loop_start(self.plan, loop, self.known)
+        gang = self.window_mode(loop) == "gang"
+        if gang:
+            state = self.prepare_gang(loop, state)
         series: dict[str, list[Any]] = {name: [] for name, _ in loop.metrics}
         in_flight: tuple[CompiledWindow, dict[str, Any]] | None = None
         carried_futures: dict[str, Any] = {}
         for start in range(0, loop.steps, loop.window):
-            window = compile_window(self.plan, loop, start, state, self.options)
+            window = compile_gang_window(self.plan, loop, start, state, self.options) if gang else \
+                compile_window(self.plan, loop, start, state, self.options)
             wanted = [c.key for c in window.carried.values()] + [k for keys in window.metric_keys for k in keys] + \
                 list(window.sink_keys) + list(window.persistent_moves.values())
             futures = self.submitter.submit(window.graph, wanted)
@@ -148,6 +160,28 @@ class StagedRun:
             self.known[export] = Located(future.key, device)
             self.notes[export] = f"metric series of loop '{loop.name}', gathered by the client"
 
+    def window_mode(self, loop: Loop) -> str:
+        """``gang`` (a task per device per window), else ``partition`` or ``op`` (tasks per step); says why."""
+        if self.options.granularity == "op":
+            self.modes[loop.name] = "op: a task per op per step (--granularity op)"
+            return "op"
+        blocker = gang_blocker(self.plan, loop)
+        if blocker:
+            self.modes[loop.name] = f"partition: a task per device partition per step, because {blocker}"
+            return "partition"
+        devices = len({self.plan.placement(n).device for n in loop.body})
+        self.modes[loop.name] = (f"gang: one task per device per window of {loop.window} steps ({devices} device"
+                                 f"{'s' if devices != 1 else ''}), values sent worker to worker")
+        return "gang"
+
+    def prepare_gang(self, loop: Loop, state: LoopState) -> LoopState:
+        """Move what the loop reads to its devices, and wait: a window's tasks may wait for nothing else."""
+        prep, state = compile_gang_prep(self.plan, loop, state, self.options)
+        futures = self.submitter.submit(prep, list(prep.sink_keys))
+        self.held.update(futures)
+        self.submitter.gather({}, futures, list(futures))
+        return state
+
     def collect(self, loop: Loop, series: dict[str, list[Any]], window: CompiledWindow,
                 futures: dict[str, Any]) -> None:
         """Wait for one window: read its metrics (one scalar per step) and surface any error."""
@@ -157,7 +191,10 @@ class StagedRun:
             self.submitter.gather({}, futures, list(futures))
         for keys in window.metric_keys:
             for (name, _), key in zip(loop.metrics, keys):
-                series[name].append(np.asarray(flat[key]))
+                if window.metrics_stacked:  # the window's values, one row per step
+                    series[name].extend(np.asarray(flat[key]))
+                else:
+                    series[name].append(np.asarray(flat[key]))
         self.submitter.loop_progress(loop.name, window.last_step, loop.steps)
 
     def outputs(self) -> dict[str, Any]:

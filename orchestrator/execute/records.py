@@ -20,7 +20,7 @@ from ..model import DeviceRecord, OpRecord, Plan
 
 
 def op_records(plan: Plan, events: Sequence[Mapping[str, Any]]) -> tuple[tuple[OpRecord, ...], int]:
-    """One record per op of the plan (in plan order), and the bytes moved by move tasks."""
+    """One record per op of the plan (in plan order), and the bytes loop windows sent worker to worker."""
     ran: dict[str, Mapping[str, Any]] = {}
     failures: dict[str, int] = {}
     moved = 0
@@ -29,7 +29,7 @@ def op_records(plan: Plan, events: Sequence[Mapping[str, Any]]) -> tuple[tuple[O
             ran[e["op"]] = e
         elif e.get("kind") == "failed":
             failures[e["op"]] = failures.get(e["op"], 0) + int(e.get("count", 1))
-        elif e.get("kind") == "move":
+        elif e.get("kind") == "exchange":
             moved += int(e.get("bytes", 0)) * int(e.get("count", 1))
     records = []
     for p in plan.placements:

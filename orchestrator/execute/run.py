@@ -62,6 +62,8 @@ class Runner:
         self.move_count = 0
         self.phases: dict[str, float] = {}  # seconds per phase of the run, for the report
         self.client: Any = None
+        self.partition_ops: dict[str, tuple[str, ...]] = {}  # partition and window keys -> their ops
+        self.loop_modes: dict[str, str] = {}
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -73,7 +75,7 @@ class Runner:
 
     def options(self) -> CompileOptions:
         return CompileOptions(self.token, self.base_dir, self.output_dir, self.task_names,
-                              host_outputs=self.backend == "cupy")
+                              host_outputs=self.backend == "cupy", granularity=self.settings.granularity)
 
     # ------------------------------------------------------------------ run
 
@@ -128,13 +130,18 @@ class Runner:
             if self.spec.loops:
                 staged = StagedRun(self.plan, self.options(), self)
                 with self.phase("compute"):  # staged: compiling and submitting happen window by window
-                    values = staged.run()
+                    try:
+                        values = staged.run()
+                    finally:
+                        self.loop_modes = dict(staged.modes)
+                for loop, mode in self.loop_modes.items():
+                    self.echo(f"loop '{loop}' ran {mode}")
                 self.not_run.update(staged.notes)
             else:
                 with self.phase("compile"), paused_gc():
                     compiled = compile_plan(self.plan, self.token, self.base_dir,
                                             host_outputs=self.backend == "cupy", out_dir=self.output_dir,
-                                            task_names=self.task_names)
+                                            task_names=self.task_names, granularity=self.settings.granularity)
                 with self.phase("submit"):
                     futures = self.submit(compiled, list(compiled.output_keys.values()), progress=True)
                 with self.phase("compute"):
@@ -156,6 +163,7 @@ class Runner:
     def submit(self, compiled: CompiledGraph, keys: Sequence[str], progress: bool = False) -> dict[str, Any]:
         """Send a graph; return futures for ``keys`` and for its sinks (ops nothing reads)."""
         self.key_owner.update(compiled.key_owner)
+        self.partition_ops.update(compiled.partition_ops)
         self.task_count += len(compiled.tasks)
         self.move_count += compiled.transfers
         wanted = list(dict.fromkeys([*keys, *compiled.sink_keys]))
@@ -174,11 +182,23 @@ class Runner:
             # (no outputs: no gather, which would still cost a round trip)
             results = self.client.gather([futures[k] for k in output_keys.values()]) if output_keys else []
             self.wait_for([futures[k] for k in sinks if k in futures])
-        except OrchestratorError:
+        except OrchestratorError as exc:
+            self.abort(exc)
             raise
         except Exception as exc:
-            raise self.translate(exc) from None
+            error = self.translate(exc)
+            self.abort(error)
+            raise error from None
         return dict(zip(output_keys, results))
+
+    def abort(self, error: Exception) -> None:
+        """Wake every task of this run waiting for a value another device will now never send."""
+        from ..tasks import abort_run
+
+        try:
+            self.client.run(abort_run, run=self.token, why=f"the run failed: {str(error).splitlines()[0]}")
+        except Exception:  # a worker that died with the run cannot be told; the error at hand is what matters
+            pass
 
     def wait_for(self, futures: Sequence[Any]) -> None:
         """Wait for futures whose values nobody fetches; raise the first one's error, naming its op."""
@@ -208,13 +228,18 @@ class Runner:
         key = max((k for k in self.key_owner if k in str(exc)), key=len, default=None)
         op = self.key_owner.get(key or "", "?")
         device = self.plan.placement(op).device_name if op != "?" else "?"
+        who = f"op '{op}'"
+        group = self.partition_ops.get(key or "", ())
+        if len(group) > 1:  # a partition's task: Dask's error cannot say which of its ops it was
+            shown = ", ".join(group[:4]) + (", ..." if len(group) > 4 else "")
+            who = f"op '{op}' (or another of its partition: {shown})"
         if type(exc).__name__ == "NoValidWorkerError":
-            return NoWorkerError(f"op '{op}' cannot run: no worker offers its device {device} "
+            return NoWorkerError(f"{who} cannot run: no worker offers its device {device} "
                                  f"(waited {self.spec.run.no_workers_timeout:g} s)")
         if type(exc).__name__ == "KilledWorker":
-            return RunError(f"op '{op}' on {device}: its worker died while running it more often than allowed "
+            return RunError(f"{who} on {device}: its worker died while running it more often than allowed "
                             f"(set retries: N on the op)")
-        return RunError(f"op '{op}' on {device} failed: {text}")
+        return RunError(f"{who} on {device} failed: {text}")
 
     # ------------------------------------------------------------------ after the run
 
@@ -223,15 +248,17 @@ class Runner:
         stats = {addr: {"ran_on": worker["ran_on"], **worker["memory"]} for addr, worker in drained.items()}
         restarted = {worker["ran_on"] for worker in drained.values() if worker["created"] > started}
         received = [item for worker in drained.values() for item in worker["received"]]
-        records, _moved = op_records(self.plan, events)
+        records, exchanged = op_records(self.plan, events)
         checked, unverified = verify(records, self.not_run, restarted)
         if unverified:
             self.echo(f"note: {len(unverified)} op(s) ran on a worker that was restarted later; "
                       f"their placement could not be verified: {', '.join(unverified[:5])}")
-        totals = RunTotals(len(checked), self.task_count, self.move_count, sum(n for _, n in received), len(received))
+        totals = RunTotals(len(checked), self.task_count, self.move_count, sum(n for _, n in received) + exchanged,
+                           len(received), exchanged)
         return RunReport(self.spec.name, self.spec.file, self.token, self.backend,
                          (self.task_names, self.task_names_why), elapsed, checked,
-                         device_records(self.plan, stats), totals, tuple(sorted(restarted)), unverified)
+                         device_records(self.plan, stats), totals, tuple(sorted(restarted)), unverified,
+                         granularity=self.settings.granularity, loops=dict(self.loop_modes))
 
 
 def _wait_forever() -> None:

@@ -1,13 +1,5 @@
-"""The worker contract: what a compiled task carries, and the functions workers run.
+"""One op on a worker: its payload, the device runtime it runs in, and what it records.
 
-``compile`` builds tasks that call the functions here; ``execute`` registers
-the device runtime that makes them work on each worker. Both sides depend on
-this module and on nothing of each other. It imports no ``distributed``:
-the worker plugin (``execute``) hands it the worker lookup (:func:`bind`)
-when it installs a device's :class:`Runtime` on a worker.
-
-* Resource names: how a task asks for its device (``device:<name>``) or for
-  any GPU of a task (``GPU`` + ``task:<job/replica/task>``).
 * :class:`OpTask` and :func:`run_op`: one op, run with the device's backend
   through the op catalog's kernel; its result is charged to the device's
   memory and recorded (op, device, start, duration, bytes) in the worker's
@@ -29,43 +21,13 @@ import traceback
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
 
-from .backends import Backend, DeviceConfig, make_backend
-from .devices import ANY, DeviceSpec
-from .errors import OpFailedError, OpTimeoutError, OrchestratorError
-from .model import Device
-from .ops import lookup
+from ..backends import Backend, DeviceConfig, make_backend
+from ..errors import OpFailedError, OpTimeoutError, OrchestratorError
+from ..ops import lookup
+from .exchange import Mailbox
 
 LOG_TOPIC = "orchestrator-log"
 RUNTIME_ATTRIBUTE = "orchestrator_runtime"
-
-
-# --------------------------------------------------------------------------- resources
-
-
-def device_resource(name: str) -> str:
-    """The identity resource only the worker standing for device ``name`` offers."""
-    return f"device:{name}"
-
-
-def task_resource(spec: DeviceSpec) -> str:
-    """The resource every worker of one task offers (``/gpu:*`` ops ask for it with ``GPU``)."""
-    return f"task:{spec.task_spec().to_string()}"
-
-
-def resources_for(device: DeviceSpec) -> dict[str, float]:
-    """What a task on ``device`` asks for: that device, or on ``GPU:*`` any GPU of its task."""
-    if device.device_index == ANY:
-        return {"GPU": 1, task_resource(device): 1}
-    return {device_resource(device.to_string()): 1}
-
-
-def worker_resources(device: Device) -> dict[str, float]:
-    """What the worker standing for ``device`` offers: one slot per thread of its identity resources."""
-    slots = float(device.threads)
-    resources = {device_resource(device.name): slots, task_resource(device.spec): slots}
-    if device.is_gpu:
-        resources["GPU"] = 1.0
-    return resources
 
 
 # --------------------------------------------------------------------------- tasks
@@ -122,6 +84,7 @@ class Runtime:
     # (run, op, kind) -> aggregate over loop steps: bounded by the number of ops, not of steps
     records: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     created: float = field(default_factory=time.time)  # a restarted worker lost the records it held
+    mailbox: Mailbox = field(default_factory=Mailbox)  # values other devices sent to this one (loop windows)
 
     @classmethod
     def for_device(cls, config: DeviceConfig) -> Runtime:
@@ -187,9 +150,9 @@ class _Context:
 
     __slots__ = ("runtime", "xp", "name", "device", "step", "base_dir", "input_keys", "outputs")
 
-    def __init__(self, runtime: Runtime, task: OpTask):
+    def __init__(self, runtime: Runtime, task: OpTask, step: int):
         self.runtime, self.xp = runtime, runtime.backend.xp
-        self.name, self.device, self.step = task.name, runtime.config.name, task.step
+        self.name, self.device, self.step = task.name, runtime.config.name, step
         self.base_dir, self.input_keys, self.outputs = task.base_dir, task.input_keys, task.outputs
 
     @property
@@ -214,7 +177,7 @@ def _nbytes(value: Any) -> int:
 
 def _user_origin(tb: Any) -> str:
     """The innermost frame outside this package: the user's line."""
-    package = os.path.dirname(os.path.abspath(__file__))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     frames = [f for f in traceback.extract_tb(tb) if not os.path.abspath(f.filename).startswith(package)]
     if not frames:
         return ""
@@ -225,17 +188,26 @@ def _user_origin(tb: Any) -> str:
 def run_op(task: OpTask, *args: Any) -> Any:
     """Run one op on this worker's device. Extra arguments past ``n_inputs`` are control tokens."""
     worker, runtime = _runtime()
+    raw = args[: task.n_inputs]
+    if task.input_index:
+        raw = tuple(x if i is None else x[i] for x, i in zip(raw, task.input_index))
+    return execute(task, runtime, worker, raw)
+
+
+def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], step: int | None = None) -> Any:
+    """Run one op with its inputs on this device: charge, time out, record, log; errors name the op.
+
+    ``step`` is the loop step when a window runs the same op for many steps (default: the task's).
+    """
     backend = runtime.backend
+    at = task.step if step is None else step
     start = time.time()
     try:
-        raw = args[: task.n_inputs]
-        if task.input_index:
-            raw = tuple(x if i is None else x[i] for x, i in zip(raw, task.input_index))
         if backend.name == "host":  # host memory is Dask's to account: nothing to adopt or charge
-            value = _with_timeout(task, runtime, raw)
+            value = _with_timeout(task, runtime, raw, at)
         else:
             inputs = tuple(backend.adopt(x, task.name) for x in raw)
-            value = backend.execute(task.name, lambda: _with_timeout(task, runtime, inputs))
+            value = backend.execute(task.name, lambda: _with_timeout(task, runtime, inputs, at))
     except Exception as exc:
         runtime.record(task.run, task.name, "failed", runtime.config.name, start, 0.0, 0,
                        error=f"{type(exc).__name__}: {exc}")
@@ -255,11 +227,11 @@ def _tf_name(kind: str) -> str:
     return definition.tf_name if definition else kind
 
 
-def _with_timeout(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...]) -> Any:
+def _with_timeout(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step: int) -> Any:
     if task.timeout is None:
-        return kernel(task, runtime, inputs)
+        return kernel(task, runtime, inputs, step)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"op-{task.name}")
-    future = pool.submit(kernel, task, runtime, inputs)
+    future = pool.submit(kernel, task, runtime, inputs, step)
     try:
         return future.result(timeout=task.timeout)
     except concurrent.futures.TimeoutError:
@@ -269,12 +241,12 @@ def _with_timeout(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...]) -> An
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def kernel(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...]) -> Any:
+def kernel(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step: int) -> Any:
     """The op's kernel from the catalog, run with this device's array module."""
     definition = lookup(task.kind)
     if definition is None:
         raise OrchestratorError(f"op '{task.name}': unknown op type '{task.kind}'")
-    result = definition.kernel(_Context(runtime, task), task.params, *inputs)
+    result = definition.kernel(_Context(runtime, task, step), task.params, *inputs)
     return tuple(result) if isinstance(result, (list, tuple)) else runtime.backend.xp.asarray(result)
 
 
@@ -297,9 +269,16 @@ def to_host(value: Any) -> Any:
     return runtime.backend.to_host(value)
 
 
+def abort_run(dask_worker: Any, run: str, why: str) -> None:
+    """Run on every worker (``Client.run``) when a run fails: wake every op waiting for a value of it."""
+    _, runtime = _runtime(dask_worker)
+    runtime.mailbox.abort(run, why)
+
+
 def drain_records(dask_worker: Any, run: str) -> dict[str, Any]:
     """Run on every worker (``Client.run``) after a run: its records of that run, and its memory."""
     worker, runtime = _runtime(dask_worker)
+    runtime.mailbox.forget(run)
     with runtime.lock:
         mine = [r for key, r in runtime.records.items() if key[0] == run]
         for key in [k for k in runtime.records if k[0] == run]:

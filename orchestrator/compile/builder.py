@@ -1,0 +1,261 @@
+"""The graph builder: tasks for ops, partitions, moves, control edges and fetches, into one Dask graph.
+
+Every task is pinned through its device's identity resource (or, on
+``GPU:*``, ``GPU`` and its task's resource); the builder owns the rules by
+which values cross devices:
+
+* A value used on another pinned device crosses once per consuming device.
+  With one reading task there, Dask fetches it as that task's dependency;
+  with several (or, in loops, a value read every step) it goes through one
+  ``move`` task on that device, which all readers share — so Dask can never
+  fetch it twice, and the copy to a GPU happens once.
+* A tuple (a multi-output op, or a partition returning several values) is
+  read in place by readers on its device; for another device the one value
+  needed is cut out by a getitem task beside it, so only that value crosses.
+* A control edge (``after``) depends on a ``done`` token task that runs on
+  the producer's device and returns ``None``: no array moves.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Collection, Mapping, Sequence
+
+from dask.task_spec import Task, TaskRef
+
+from ..devices import ANY, DeviceSpec
+from ..keys import KeyNamer, TaskNames
+from ..model import CompiledGraph, Located, OpRef, Plan
+from ..ops import lookup
+from ..partition import Partition
+from ..tasks import OpTask, PartitionTask, move, resources_for, run_op, run_partition, to_host
+from ..tasks import token as control_token
+
+
+def _short(device: DeviceSpec) -> str:
+    return f"{device.job}/{device.task}/{device.short()}"
+
+
+Resolve = Callable[[OpRef], Located]
+
+
+class GraphBuilder:
+    """Accumulates tasks for ops (possibly of several loop steps) into one Dask graph."""
+
+    def __init__(self, plan: Plan, token: str, base_dir: str = ".", suffix: str = "",
+                 known_moves: Mapping[tuple[str, str], str] | None = None, shared_keys: Collection[str] = (),
+                 out_dir: str | None = None, task_names: TaskNames = "op",
+                 readers: Mapping[tuple[str, str], int] | None = None):
+        self.plan, self.spec, self.token, self.base_dir = plan, plan.spec, token, base_dir
+        self.names = KeyNamer(task_names)
+        self.out_dir = out_dir or base_dir  # save ops write here; load and call read from base_dir
+        self.suffix = suffix or f"-{token}"
+        self.tasks: dict[str, Any] = {}
+        self.resources: dict[str, Mapping[str, float]] = {}
+        self.retries: dict[str, int] = {}
+        self.owner: dict[str, str] = {}
+        self.partition_ops: dict[str, tuple[str, ...]] = {}  # partition key -> its ops (errors name them)
+        self.last_key = ""  # the key of the last partition added
+        self.moves: dict[tuple[str, str], str] = dict(known_moves or {})
+        self.new_moves: dict[tuple[str, str], str] = {}
+        self.crossings: set[tuple[str, str]] = set()  # (source key, device): every value sent somewhere
+        self.shared = set(shared_keys)
+        self.readers = readers if readers is not None else op_readers(plan)
+        self._resources_of: dict[DeviceSpec, Mapping[str, float]] = {}
+        self.default_timeout, self.log = plan.spec.run.timeout, plan.spec.placement.log
+
+    def add(self, key: str, task: Any, device: DeviceSpec, op: str, n_retries: int) -> None:
+        self.tasks[key] = task
+        resources = self._resources_of.get(device)
+        if resources is None:  # one (read-only) mapping per device, shared by its tasks
+            resources = self._resources_of[device] = resources_for(device)
+        self.resources[key] = resources
+        self.retries[key] = n_retries
+        self.owner[key] = op
+
+    def item(self, base: Located, ref: OpRef, suffix: str = "") -> Located:
+        """Output ``ref.output`` of a multi-output op: read in place by readers on its device."""
+        if ref.output is None or self.spec.op(ref.op).outputs == 1:
+            return base
+        return Located(base.key, base.device, ref.output)
+
+    def materialize(self, value: Located, ref: OpRef) -> Located:
+        """One output of a tuple as a key of its own (a getitem beside it): what leaves the device."""
+        if value.index is None:
+            return value
+        key = f"{value.key}[{value.index}]"
+        if key not in self.tasks:
+            self.add(key, Task(key, operator.getitem, TaskRef(value.key), value.index), value.device, ref.op, 0)
+        return Located(key, value.device)
+
+    def arrive(self, value: Located, ref: OpRef, consumer: DeviceSpec, n_retries: int) -> tuple[str, int | None]:
+        """(key, index) to read ``value`` from on ``consumer``: moved there once, then reused."""
+        if value.device == consumer:
+            return value.key, value.index  # same worker: index the tuple in place, no task
+        value = self.materialize(value, ref)  # only the output needed crosses
+        if consumer.device_index == ANY:
+            return value.key, None
+        pair = (value.key, consumer.to_string())
+        if pair in self.moves and pair not in self.new_moves:
+            return self.moves[pair], None  # moved by an earlier loop window: not a new crossing
+        self.crossings.add(pair)
+        if self.readers.get((str(ref), pair[1]), 0) <= 1 and value.key not in self.shared:
+            # one reader there: Dask fetches it once as that task's dependency; no extra task
+            return value.key, None
+        if pair not in self.moves:
+            key = self.names.helper("move", f"{ref}@{_short(consumer)}", f"{self.suffix}-{len(self.moves)}")
+            self.add(key, Task(key, move, str(ref), consumer.to_string(), self.token, TaskRef(value.key)),
+                     consumer, ref.op, n_retries)
+            self.moves[pair] = key
+            self.new_moves[pair] = key
+        return self.moves[pair], None
+
+    def add_op(self, op_name: str, resolve: Resolve, step: int = 0, suffix: str | None = None) -> Located:
+        suffix = self.suffix if suffix is None else suffix
+        spec, placement = self.spec, self.plan.placement(op_name)
+        op, device = spec.op(op_name), placement.device
+        n_retries = op.retries or spec.run.retries
+        arrivals = [self.arrive(resolve(ref), ref, device, n_retries) for ref in op.inputs]
+        args = [TaskRef(key) for key, _ in arrivals]
+        indices = tuple(index for _, index in arrivals)
+        for name in op.after:  # one token task per producer, even on the same device (as op graphs always had)
+            producer = resolve(OpRef(name))
+            done_key = self.names.helper("done", name, suffix)
+            if done_key not in self.tasks:
+                self.add(done_key, Task(done_key, control_token, TaskRef(producer.key)), producer.device, name, 0)
+            args.append(TaskRef(done_key))
+        payload = self.op_task(op_name, step, indices)
+        key = self.names.op(op.name, op.kind, op.params, suffix)
+        self.add(key, Task(key, run_op, payload, *args), device, op.name, n_retries)
+        return Located(key, device)
+
+    def done(self, name: str, producer: Located, consumer: DeviceSpec, suffix: str) -> str:
+        """The key a control edge waits for: the producer itself on its own device, else a token beside it."""
+        if producer.device == consumer and consumer.device_index != ANY:
+            return producer.key  # same worker: waiting for it moves nothing
+        done_key = self.names.helper("done", name, suffix)
+        if done_key not in self.tasks:
+            self.add(done_key, Task(done_key, control_token, TaskRef(producer.key)), producer.device, name, 0)
+        return done_key
+
+    def add_partition(self, part: Partition, resolve: Resolve, completes: Callable[[str], Located],
+                      publish: Sequence[str], step: int = 0, suffix: str | None = None) -> dict[str, Located]:
+        """One task running ``part``'s ops in order; where each of the ``publish`` refs will be.
+
+        ``resolve`` locates values made outside the partition, ``completes`` the
+        task that completes an op outside it (for control edges).
+        """
+        suffix = self.suffix if suffix is None else suffix
+        spec, device = self.spec, part.device
+        local = {name: j for j, name in enumerate(part.ops)}
+        arg_of: dict[tuple[str, int | None], int] = {}
+        args: list[TaskRef] = []
+        arg_index: list[int] = []
+        controls: list[TaskRef] = []
+        wires: list[list[tuple[bool, int, int]]] = []  # per op: (is_local, slot, element)
+        last_reader: dict[tuple[bool, int], int] = {}
+        for j, name in enumerate(part.ops):
+            op = spec.op(name)
+            row = []
+            for ref in op.inputs:
+                element = ref.output if ref.output is not None and spec.op(ref.op).outputs > 1 else -1
+                if ref.op in local:
+                    wire = (True, local[ref.op], element)
+                else:
+                    key, index = self.arrive(resolve(ref), ref, device, part.retries)
+                    slot = arg_of.get((key, index))
+                    if slot is None:
+                        slot = arg_of[(key, index)] = len(args)
+                        args.append(TaskRef(key))
+                        arg_index.append(-1 if index is None else index)
+                    wire = (False, slot, -1)
+                row.append(wire)
+                last_reader[(wire[0], wire[1])] = j
+            wires.append(row)
+            for producer in op.after:
+                if producer not in local:
+                    controls.append(TaskRef(self.done(producer, completes(producer), device, suffix)))
+        n_args = len(args)
+        refs = [OpRef.parse(text) for text in publish]
+        kept = {(True, local[r.op]) for r in refs}
+        frees: list[list[int]] = [[] for _ in part.ops]
+        for (is_local, slot), j in last_reader.items():
+            if (is_local, slot) not in kept:
+                frees[j].append(n_args + slot if is_local else slot)
+        for j in range(len(part.ops)):
+            if (True, j) not in kept and (True, j) not in last_reader:
+                frees[j].append(n_args + j)  # read by no later op here and not returned: drop it at once
+        inputs = tuple(tuple((n_args + slot if is_local else slot, element) for is_local, slot, element in row)
+                       for row in wires)
+        returned = tuple((n_args + local[r.op], r.output if r.output is not None and spec.op(r.op).outputs > 1
+                          else -1) for r in refs)
+        payload = PartitionTask(part.label, tuple(self.op_task(name, step) for name in part.ops), inputs,
+                                tuple(tuple(sorted(f)) for f in frees), returned, n_args,
+                                tuple(arg_index) if any(i >= 0 for i in arg_index) else ())
+        first = spec.op(part.ops[0])
+        key = self.names.partition(part.label, first.kind, first.params, suffix)
+        self.add(key, Task(key, run_partition, payload, *args, *controls), device, part.ops[0], part.retries)
+        self.partition_ops[key] = part.ops
+        self.last_key = key
+        if len(refs) == 1:
+            return {publish[0]: Located(key, device)}
+        return {text: Located(key, device, i) for i, text in enumerate(publish)}
+
+    def op_task(self, op_name: str, step: int, indices: tuple[int | None, ...] = ()) -> OpTask:
+        """The payload of one op: what its kernel needs on the worker, paths resolved as the op declares."""
+        op = self.spec.op(op_name)
+        definition = lookup(op.kind)
+        params = op.params
+        if definition is not None and definition.writes:
+            params = {**params, **{p: os.path.join(self.out_dir, str(params[p])) for p in definition.writes
+                                   if p in params}}
+        needs_dir = definition is not None and definition.needs_base_dir
+        return OpTask(
+            name=op.name, kind=op.kind, params=params, n_inputs=len(op.inputs), run=self.token, step=step,
+            input_keys=op.input_keys, timeout=op.timeout if op.timeout is not None else self.default_timeout,
+            log=self.log, base_dir=self.base_dir if needs_dir else "", outputs=op.outputs,
+            input_index=indices if indices.count(None) != len(indices) else ())
+
+    def to_host(self, value: Located, ref: OpRef) -> str:
+        value = self.materialize(value, ref)
+        key = self.names.helper("host", str(ref), self.suffix)
+        if key not in self.tasks:
+            self.add(key, Task(key, to_host, TaskRef(value.key)), value.device, ref.op, 0)
+        return key
+
+    def build(self, values: Mapping[str, Located], output_keys: Mapping[str, str],
+              sink_keys: tuple[str, ...] = ()) -> CompiledGraph:
+        from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+        annotations: dict[str, Any] = {"resources": _Lookup(self.resources, {})}
+        if any(self.retries.values()):  # (none asked for: no annotation for the scheduler to read per key)
+            annotations["retries"] = _Lookup(self.retries, 0)
+        layer = MaterializedLayer(self.tasks, annotations=annotations)
+        name = f"orchestrator{self.suffix}"
+        graph = HighLevelGraph({name: layer}, {name: set()})
+        return CompiledGraph(graph, self.tasks, dict(values), dict(output_keys), self.resources, self.retries,
+                             self.owner, self.token, dict(self.new_moves), sink_keys, len(self.crossings),
+                             dict(self.partition_ops))
+
+
+def op_readers(plan: Plan) -> dict[tuple[str, str], int]:
+    """How many ops on each device read each value: one reader needs no move task."""
+    spec = plan.spec
+    count: dict[tuple[str, str], int] = {}
+    for p in plan.placements:
+        for text in {str(ref) for ref in spec.op(p.op).inputs}:
+            count[(text, p.device_name)] = count.get((text, p.device_name), 0) + 1
+    return count
+
+
+@dataclass(frozen=True)
+class _Lookup:
+    """A picklable key-callable annotation; unknown keys get ``default`` (never None)."""
+
+    table: Mapping[str, Any]
+    default: Any
+
+    def __call__(self, key: str) -> Any:
+        return self.table.get(key, self.default)

@@ -1,0 +1,212 @@
+"""Gang windows: one task per device for a whole loop window, values exchanged worker to worker.
+
+Per-step tasks pay the scheduler's round trip for every hop of every step
+(measured on this project's 2-core machine: 13–20 ms per step of the
+polyfit example with four tasks a step, whatever their size). TensorFlow
+does not: each device runs its partition of the step function, exchanging
+only the tensors that cross devices. A gang window does the same for
+``window`` steps at a time: each device of the loop body gets one
+:class:`~orchestrator.tasks.WindowTask` running its body ops for every step
+of the window (``orchestrator.tasks.windows``), and the values read across
+devices go directly from worker to worker.
+
+What must hold for that, and why (:func:`gang_blocker` says which fails):
+
+* The window's tasks must all run at once, each waiting only for values the
+  others make in the same window. So they depend on nothing but their own
+  device's previous window and on values moved to their device before the
+  loop started (:func:`compile_gang_prep`, which the driver waits for).
+* Dask must not rerun one of them alone: a rerun task would wait for
+  values its peers already sent. So no op of the spec may have ``retries``
+  (Dask's ``allowed-failures`` is then 0, and a lost worker fails the run),
+  and no body op may run on ``GPU:*`` (its peers must know where it is).
+* Every state's update and every metric is a value made in the body.
+
+Otherwise the loop runs with a task per partition per step, which Dask
+schedules, retries and recovers on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dask.task_spec import Task, TaskRef
+
+from ..devices import ANY, DeviceSpec
+from ..model import CompiledGraph, CompiledWindow, Located, Loop, OpRef, Plan
+from ..tasks import ARG, LOCAL, RECEIVED, STATE, StateRule, WindowTask, run_window
+from .builder import GraphBuilder
+from .loops import LoopState, lookup_value
+from .options import CompileOptions
+
+
+def gang_blocker(plan: Plan, loop: Loop) -> str:
+    """Why ``loop`` cannot run in gang windows, or ``""`` when it can."""
+    spec = plan.spec
+    if spec.run.retries or any(op.retries for op in spec.ops):
+        return "ops have retries, which Dask gives per task: the loop runs a task per device partition per step"
+    body = set(loop.body)
+    placeholders = {var.placeholder for var in loop.state}
+    for name in loop.body:
+        if plan.placement(name).device.device_index == ANY and name not in placeholders:
+            return f"op '{name}' runs on GPU:* (Dask picks its GPU at run time, so its peers cannot know where)"
+    other = next((lp.name for lp in spec.loops if lp is not loop and set(lp.body) & body), None)
+    if other is not None:
+        return f"it holds the loop '{other}'"
+    for var in loop.state:
+        if var.update.op not in body or var.update.op in placeholders:
+            return f"state '{var.name}' is not updated by an op of the body"
+    for name, ref in loop.metrics:
+        if ref.op not in body or ref.op in placeholders:
+            return f"metric '{name}' is not made by an op of the body"
+    return ""
+
+
+def _short(device: DeviceSpec) -> str:
+    return f"{device.job}/{device.task}/{device.short()}"
+
+
+def _element(plan: Plan, ref: OpRef) -> int:
+    return ref.output if ref.output is not None and plan.spec.op(ref.op).outputs > 1 else -1
+
+
+def compile_gang_prep(plan: Plan, loop: Loop, state: LoopState,
+                      options: CompileOptions) -> tuple[CompiledGraph, LoopState]:
+    """Before the first window: every outer value, and each state's initial value, on the devices reading them."""
+    spec = plan.spec
+    body = set(loop.body)
+    placeholders = {var.placeholder: var for var in loop.state}
+    outer_keys = {located.key for located in state.known.values()}
+    builder = GraphBuilder(plan, options.token, options.base_dir,
+                           suffix=f"-{options.token}-L{spec.loops.index(loop)}prep", known_moves=state.outer_moves,
+                           shared_keys=outer_keys, out_dir=options.out_dir, task_names=options.task_names)
+    placed: dict[tuple[str, str], tuple[str, int | None]] = {}
+    for name in loop.body:
+        if name in placeholders:
+            continue
+        device = plan.placement(name).device
+        for ref in spec.op(name).inputs:
+            if ref.op in placeholders:
+                var = placeholders[ref.op]
+                init = state.carried[var.name]
+                placed[(f"state:{var.name}", device.to_string())] = builder.arrive(init, var.init, device, 0)
+            elif ref.op not in body:
+                value = lookup_value(state.known, ref, builder)
+                placed[(str(ref), device.to_string())] = builder.arrive(value, ref, device, 0)
+    compiled = builder.build({}, {}, tuple(dict.fromkeys(key for key, _ in placed.values())))
+    moves = {pair: key for pair, key in compiled.moves.items()}
+    return compiled, LoopState(state.carried, state.known, {**state.outer_moves, **moves}, placed, {})
+
+
+def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState,
+                        options: CompileOptions) -> CompiledWindow:
+    """One task per device running its body ops for steps ``start .. start + window - 1``."""
+    spec = plan.spec
+    index = spec.loops.index(loop)
+    suffix = f"-{options.token}-L{index}w{start}"
+    last = min(loop.steps, start + loop.window)
+    builder = GraphBuilder(plan, options.token, options.base_dir, suffix=suffix, out_dir=options.out_dir,
+                           task_names=options.task_names)
+    placeholders = {var.placeholder: v for v, var in enumerate(loop.state)}
+    order = [p.op for p in plan.placements if p.op in set(loop.body) and p.op not in placeholders]
+    device_of = {name: plan.placement(name).device.to_string() for name in order}
+    devices = list(dict.fromkeys(device_of[name] for name in order))
+    slot = {name: [n for n in order if device_of[n] == device_of[name]].index(name) for name in order}
+    owner = {v: device_of[var.update.op] for v, var in enumerate(loop.state)}
+    readers: dict[int, set[str]] = {v: set() for v in placeholders.values()}
+    for name in order:
+        for ref in spec.op(name).inputs:
+            if ref.op in placeholders:
+                readers[placeholders[ref.op]].add(device_of[name])
+    # every value read on another device at the same step: sent right after it is made
+    sends: dict[str, dict[int, list[tuple[str, int, list[str]]]]] = {d: {} for d in devices}
+    for name in order:
+        for ref in spec.op(name).inputs:
+            if ref.op in device_of and device_of[ref.op] != device_of[name]:
+                outgoing = sends[device_of[ref.op]].setdefault(slot[ref.op], [])
+                entry = next((e for e in outgoing if e[0] == str(ref)), None)
+                if entry is None:
+                    outgoing.append((str(ref), _element(plan, ref), [device_of[name]]))
+                elif device_of[name] not in entry[2]:
+                    entry[2].append(device_of[name])
+    keys = {d: builder.names.window(loop.name, _short(plan.spec.cluster.device(d).spec  # type: ignore[union-attr]
+                                                        ), suffix) for d in devices}
+    carried: dict[str, Located] = {}
+    metric_keys: dict[str, str] = {}
+    for d in devices:
+        mine = [name for name in order if device_of[name] == d]
+        args: list[Any] = []
+        arg_index: list[int] = []
+        arg_of: dict[tuple[str, int | None], int] = {}
+
+        def arg(key: str, index: int | None) -> int:
+            if (key, index) not in arg_of:
+                arg_of[(key, index)] = len(args)
+                args.append(TaskRef(key))
+                arg_index.append(-1 if index is None else index)
+            return arg_of[(key, index)]
+
+        relevant = [v for v in placeholders.values() if owner[v] == d or d in readers[v]]
+        state_slot = {v: i for i, v in enumerate(relevant)}
+        previous = state.last_windows.get(d)
+        owned = [v for v in relevant if owner[v] == d]
+        rules = []
+        for v in relevant:
+            var = loop.state[v]
+            first: tuple[int, int, int] | None = None
+            if start == 0 and d in readers[v]:
+                first = (ARG, arg(*state.placed[(f"state:{var.name}", d)]), -1)
+            elif start > 0 and owner[v] == d:
+                assert previous is not None
+                first = (ARG, arg(previous, owned.index(v)), -1)
+            elif start > 0 and d in readers[v]:
+                first = (RECEIVED, -1, -1)
+            update = (slot[var.update.op], _element(plan, var.update)) if owner[v] == d else None
+            rules.append(StateRule(var.name, owner[v], update, first,
+                                   tuple(sorted(readers[v] - {d})) if owner[v] == d else ()))
+        received: list[tuple[str, str]] = []
+        inputs = []
+        last_reader: dict[int, int] = {}
+        for j, name in enumerate(mine):
+            row = []
+            for ref in spec.op(name).inputs:
+                if ref.op in placeholders:
+                    row.append((STATE, state_slot[placeholders[ref.op]], -1))
+                elif ref.op in device_of and device_of[ref.op] == d:
+                    row.append((LOCAL, slot[ref.op], _element(plan, ref)))
+                    last_reader[slot[ref.op]] = j
+                elif ref.op in device_of:
+                    wanted = (str(ref), device_of[ref.op])
+                    if wanted not in received:
+                        received.append(wanted)
+                    row.append((RECEIVED, received.index(wanted), -1))
+                else:
+                    row.append((ARG, arg(*state.placed[(str(ref), d)]), -1))
+            inputs.append(tuple(row))
+        metrics = [(slot[ref.op], _element(plan, ref)) for _, ref in loop.metrics if device_of[ref.op] == d]
+        kept = {s for s, _ in metrics} | {rule.update[0] for rule in rules if rule.update is not None}
+        frees: list[list[int]] = [[] for _ in mine]
+        for s, j in last_reader.items():
+            if s not in kept:
+                frees[j].append(s)
+        for j in range(len(mine)):
+            if j not in kept and j not in last_reader:
+                frees[j].append(j)
+        n_args = len(args)
+        controls = [TaskRef(previous)] if previous is not None and not owned else []
+        payload = WindowTask(index, options.token, d, start, last - start, tuple(builder.op_task(n, 0) for n in mine),
+                             tuple(inputs), tuple(tuple((r, e, tuple(to)) for r, e, to in sends[d].get(j, ()))
+                                                  for j in range(len(mine))),
+                             tuple(received), tuple(rules), tuple(metrics), tuple(tuple(sorted(f)) for f in frees),
+                             n_args, tuple(arg_index) if any(i >= 0 for i in arg_index) else ())
+        device = DeviceSpec.parse(d)
+        builder.add(keys[d], Task(keys[d], run_window, payload, *args, *controls), device, mine[0], 0)
+        builder.partition_ops[keys[d]] = tuple(mine)
+        for i, v in enumerate(owned):
+            carried[loop.state[v].name] = Located(keys[d], device, i)
+        here = [(name, ref) for name, ref in loop.metrics if device_of[ref.op] == d]
+        for position, (name, ref) in enumerate(here, start=len(owned)):
+            metric_keys[name] = builder.materialize(Located(keys[d], device, position), ref).key
+    compiled = builder.build({}, {})
+    return CompiledWindow(compiled, carried, (tuple(metric_keys[name] for name, _ in loop.metrics),),
+                          tuple(keys.values()), {}, last, metrics_stacked=True, devices=keys)

@@ -1,0 +1,169 @@
+"""Device partitions: which ops of one device run together, as one Dask task.
+
+Policy (TensorFlow partitions a graph by device; so do we, within what Dask
+can express). Ops are taken in the plan's order; each joins the open
+partition of its device only if that changes nothing a user could observe
+or wait for:
+
+* **Inputs enter at the start.** A partition waits for all its inputs from
+  other partitions before its first op runs. An op joins only when every
+  value it needs from outside is already among those inputs, and all of
+  them are its ancestors (it could not have started earlier anyway).
+  Otherwise it starts a new partition, so no op waits for a value it does
+  not need.
+* **Outputs leave at the end.** A partition's values become visible only
+  when it finishes. An op whose value is read on another device (or by an
+  op on ``GPU:*``, or whose completion another device waits for through
+  ``after``) closes its partition, so no reader elsewhere waits for work
+  after it.
+* **No parallelism is lost.** On a device with one thread (every GPU, and a
+  CPU with ``cpu_threads: 1``) the ops run one after the other anyway. On a
+  device with more threads only linear chains are joined (an op whose one
+  local input is the partition's last op, read by nothing else), so
+  independent ops still run side by side.
+* **Exact semantics.** Ops on ``GPU:*`` (Dask picks the GPU) are alone.
+  Ops join only partitions of the same ``retries``: Dask retries a
+  partition as a whole, from its inputs. (``timeout`` stays per op: the
+  runtime times each op inside its partition.)
+
+With these rules the partition graph is acyclic (every value a partition
+reads was made before its first op; every value it lends out, after its
+ops) and no path through it is longer than through the ops alone.
+
+State: one pass over the ops, keeping per device the open partition, its
+inputs and, per op of it, the inputs it depends on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import AbstractSet, Collection, Mapping, Sequence
+
+from .devices import ANY, DeviceSpec
+from .model import Plan
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Ops of one device that run as one task, in this order."""
+
+    index: int
+    device: DeviceSpec
+    ops: tuple[str, ...]
+    retries: int = 0
+
+    @property
+    def label(self) -> str:
+        """``first op`` or ``first op+N``: how keys and pictures name it."""
+        return self.ops[0] if len(self.ops) == 1 else f"{self.ops[0]}+{len(self.ops) - 1}"
+
+
+@dataclass
+class _Open:
+    ops: list[str]
+    imports: frozenset[str]
+    retries: int
+    depends: dict[str, frozenset[str]] = field(default_factory=dict)  # op -> the imports it depends on
+
+
+def partition(plan: Plan, names: Sequence[str] | None = None, external: Collection[str] = (),
+              threads: Mapping[str, int] | None = None) -> tuple[Partition, ...]:
+    """Group ``names`` (default: every op; in the plan's order) into device partitions.
+
+    ``external`` names ops whose values come from elsewhere (a loop's carried
+    state): they are inputs, never members. ``threads`` maps a device name to
+    its threads (default: the cluster's).
+    """
+    spec = plan.spec
+    chosen = [p.op for p in plan.placements] if names is None else list(names)
+    members = set(chosen) - set(external)
+    device_of = {p.op: p.device for p in plan.placements}
+    if threads is None:
+        threads = {d.name: d.threads for d in spec.cluster.devices}
+    exports = _exported(plan, device_of)
+    parts: list[tuple[DeviceSpec, list[str], int]] = []
+    open_on: dict[DeviceSpec, tuple[int, _Open]] = {}
+    readers = _local_readers(plan, members)
+    for name in chosen:
+        if name not in members:
+            continue
+        op = spec.op(name)
+        device = device_of[name]
+        retries = op.retries or spec.run.retries
+        needs = [ref.op for ref in op.inputs] + list(op.after)
+        current = open_on.get(device)
+        joined = False
+        if current is not None and device.device_index != ANY:
+            index, part = current
+            local = [n for n in needs if n in part.depends]
+            outside = frozenset(n for n in needs if n not in part.depends)
+            depends = outside.union(*(part.depends[n] for n in local)) if local else outside
+            if part.retries == retries and outside <= part.imports and part.imports <= depends and \
+                    (threads.get(device.to_string(), 1) <= 1 or _extends_chain(part, local, readers)):
+                part.ops.append(name)
+                part.depends[name] = part.imports if depends == part.imports else depends
+                joined = True
+        if not joined:
+            imports = frozenset(needs)
+            part = _Open([name], imports, retries, {name: imports})
+            parts.append((device, part.ops, retries))
+            open_on[device] = (len(parts) - 1, part)
+        if device.device_index == ANY or name in exports:
+            open_on.pop(device, None)
+    return tuple(Partition(i, device, tuple(ops), retries) for i, (device, ops, retries) in enumerate(parts))
+
+
+def _extends_chain(part: _Open, local: list[str], readers: Mapping[str, int]) -> bool:
+    """On a multi-threaded device: join only the partition's last op, and only if nothing else reads it."""
+    last = part.ops[-1]
+    return local == [last] and readers.get(last, 0) == 1
+
+
+def _local_readers(plan: Plan, members: AbstractSet[str]) -> dict[str, int]:
+    count: dict[str, int] = {}
+    for name in members:
+        op = plan.spec.op(name)
+        for dep in {ref.op for ref in op.inputs} | set(op.after):
+            count[dep] = count.get(dep, 0) + 1
+    return count
+
+
+def _exported(plan: Plan, device_of: Mapping[str, DeviceSpec]) -> set[str]:
+    """Ops whose value (or completion) is wanted on another device, or on ``GPU:*``."""
+    out: set[str] = set()
+    for p in plan.placements:
+        op = plan.spec.op(p.op)
+        for dep in {ref.op for ref in op.inputs} | set(op.after):
+            source = device_of.get(dep)
+            if source is not None and (source != p.device or p.device.device_index == ANY):
+                out.add(dep)
+    return out
+
+
+def published(plan: Plan, parts: Sequence[Partition], wanted: Collection[str] = ()) -> dict[int, tuple[str, ...]]:
+    """Per partition, the values (``op`` or ``op:i``) read outside it, in its op order.
+
+    ``wanted`` adds refs the caller needs besides readers (outputs, a loop's
+    carried state and metrics). A control edge (``after``) needs no value.
+    """
+    spec = plan.spec
+    home = {name: part.index for part in parts for name in part.ops}
+    needed: dict[int, set[str]] = {}
+    for op in spec.ops:
+        here = home.get(op.name)
+        for ref in op.inputs:
+            source = home.get(ref.op)
+            if source is not None and source != here:
+                needed.setdefault(source, set()).add(str(ref))
+    for text in wanted:
+        op_name = text.rpartition(":")[0] if text.rpartition(":")[2].isdigit() else text
+        source = home.get(op_name)
+        if source is not None:
+            needed.setdefault(source, set()).add(text)
+    out: dict[int, tuple[str, ...]] = {}
+    for part in parts:
+        refs = needed.get(part.index, set())
+        order = {name: i for i, name in enumerate(part.ops)}
+        out[part.index] = tuple(sorted(refs, key=lambda r: (order[r.rpartition(":")[0] if r.rpartition(":")[2].isdigit()
+                                                                  else r], r)))
+    return out

@@ -1,0 +1,95 @@
+"""Values sent between the window partitions of a loop, worker to worker (TF's Send/Recv).
+
+In a loop window every device runs its part of the window's steps as one
+task; a value made on one device and read on another at the same step (or
+a carried state read away from where it is updated) is sent directly from
+worker to worker, never through the scheduler. The receiving worker keeps
+it in its :class:`Mailbox` until the reading op takes it.
+
+Sending needs Dask's comms, which only ``execute`` imports: the worker
+plugin binds a :data:`Courier` here (:func:`bind_courier`). A tag is
+``(loop, step, ref)``: unique within a run, whose token keys every entry.
+An aborted run wakes every waiting taker with an error, so no thread waits
+for a device that failed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Protocol, Sequence
+
+from ..errors import RunError
+
+Tag = tuple[int, int, str]  # (loop index, step, value)
+RECEIVE_TIMEOUT = 600.0  # seconds without the value: the sender is gone (and nobody aborted the run)
+
+
+class Sent(Protocol):
+    """What a send returns: done once the receiving worker holds the values."""
+
+    def result(self, timeout: float | None = None) -> Any: ...
+
+
+Courier = Callable[[Any, str, str, Sequence[tuple[Tag, Any]]], Sent]
+"""``courier(worker, device, run, items)``: send ``items`` to the worker of ``device``."""
+
+_courier: Courier | None = None
+
+
+def bind_courier(courier: Courier) -> None:
+    global _courier
+    _courier = courier
+
+
+def send(worker: Any, device: str, run: str, items: Sequence[tuple[Tag, Any]]) -> Sent:
+    if _courier is None:
+        raise RunError("no courier is installed on this worker: values cannot be sent to other devices")
+    return _courier(worker, device, run, items)
+
+
+class Mailbox:
+    """Values other devices sent to this one, by (run, tag), until an op takes them."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._items: dict[tuple[str, Tag], Any] = {}
+        self._aborted: dict[str, str] = {}
+
+    def put(self, run: str, items: Sequence[tuple[Sequence[Any], Any]]) -> None:
+        with self._cond:
+            if run in self._aborted:
+                return
+            for tag, value in items:
+                loop, step, ref = tag  # msgpack turns the tuple into a list on the way
+                self._items[(run, (int(loop), int(step), str(ref)))] = value
+            self._cond.notify_all()
+
+    def take(self, run: str, tag: Tag, sender: str) -> Any:
+        """The value sent for ``tag``, waiting for it; raises when the run is aborted."""
+        key = (run, tag)
+        deadline = time.monotonic() + RECEIVE_TIMEOUT
+        with self._cond:
+            while key not in self._items:
+                if run in self._aborted:
+                    raise RunError(f"stopped waiting for '{tag[2]}' of step {tag[1]} from {sender}: "
+                                   f"{self._aborted[run]}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RunError(f"'{tag[2]}' of step {tag[1]} never arrived from {sender} "
+                                   f"(waited {RECEIVE_TIMEOUT:g} s)")
+                self._cond.wait(min(left, 1.0))
+            return self._items.pop(key)
+
+    def abort(self, run: str, why: str) -> None:
+        with self._cond:
+            self._aborted[run] = why
+            for key in [k for k in self._items if k[0] == run]:
+                del self._items[key]
+            self._cond.notify_all()
+
+    def forget(self, run: str) -> None:
+        with self._cond:
+            self._aborted.pop(run, None)
+            for key in [k for k in self._items if k[0] == run]:
+                del self._items[key]
