@@ -1,9 +1,11 @@
 """Run every benchmark (``make bench``), each in its own process with a time budget.
 
 B1 run overhead, B2 compile speed, B3 transfers, B4 data-parallel scaling,
-B5 start-up, and the client memory of a long loop. Each benchmark prints its
-own figures and writes ``benchmarks/results/<name>.json``; this script then
-writes ``benchmarks/results/summary.json``, draws
+B5 start-up, the client memory of a long loop, and B6 the polyfit example's
+training loop beside hand-written Dask futures, Ray and TensorFlow (Ray and
+TensorFlow only where installed: ``pip install -e '.[anchors]'``). Each
+benchmark prints its own figures and writes ``benchmarks/results/<name>.json``;
+this script then writes ``benchmarks/results/summary.json``, draws
 ``benchmarks/results/scaling.png`` (B1 vs number of ops, B4 vs devices),
 rewrites the figures table of ``benchmarks/README.md`` and prints it.
 
@@ -61,6 +63,8 @@ BENCHES = (
     Bench("B4", "data-parallel scaling", "bench_scaling.py", "scaling.json", 150, 80),
     Bench("B5", "start-up", "bench_startup.py", "startup.json", 120, 60),
     Bench("L", "loop memory", "bench_loop_memory.py", "loop_memory.json", 130, 70),
+    # last: it fits as many rounds as its budget allows (see bench_polyfit.py), so it takes what the others left
+    Bench("B6", "polyfit loop vs Dask, Ray, TF", "bench_polyfit.py", "polyfit.json", 360, 180),
 )
 
 
@@ -72,6 +76,7 @@ class Figure:
     shown: str
     goal: str
     met: bool | None
+    why: str = ""  # why there is no measurement, when there is none and the benchmark itself ran
 
 
 # --------------------------------------------------------------------------- running
@@ -191,12 +196,55 @@ def figures(runs: dict[str, dict[str, Any]]) -> list[Figure]:
     steps = get(loop, "steps")
     out.append(_fig("L", f"loop memory: client RSS after {steps or 'N'} steps ÷ after 100, − 1",
                     None if growth is None else 100 * growth, "{:+.1f}%", "within ±20%", lambda v: abs(v) <= 20))
+    out += polyfit_figures(data("B6"))
+    return out
+
+
+def at_most(limit: float) -> Callable[[float], bool]:
+    return lambda v: v <= limit
+
+
+def polyfit_figures(b6: dict[str, Any]) -> list[Figure]:
+    """B6: orchestrate ÷ each anchor, loop and whole process; and whether every side's w converged."""
+    out: list[Figure] = []
+    steps = b6.get("steps")
+    sides = b6.get("sides") or {}
+    ours = sides.get("orchestrate") or {}
+    default_goals = {"ray": 1.0, "dask-futures": 0.25, "tensorflow": 5.0}
+    names = {"ray": "Ray", "dask-futures": "hand-written Dask futures", "tensorflow": "TensorFlow"}
+    done = b6.get("rounds_done")
+    rounds = f", medians of {done}" if done and done > 1 else (", 1 round" if done == 1 else "")
+    for anchor in ("ray", "dask-futures", "tensorflow"):
+        r = (b6.get("ratios") or {}).get(anchor) or {}
+        theirs = sides.get(anchor) or {}
+        goal = float(r.get("goal_at_most", default_goals[anchor]))
+        name = f"polyfit, {steps or 2000} steps: orchestrate run ÷ {names[anchor]}"
+        if r.get("skipped"):
+            out.append(Figure("B6", name, None, "—", f"≤ {goal}", None, why=f"skipped: {r['skipped']}"))
+            continue
+        for kind, label in (("loop", "training loop"), ("whole", "whole process")):
+            a, b = ours.get(f"{kind}_s"), theirs.get(f"{kind}_s")
+            out.append(_fig("B6", f"{name}, {label}", r.get(kind), "{:.3f}", f"≤ {goal}", at_most(goal),
+                            f"{a:.1f} s vs {b:.1f} s{rounds}" if a is not None and b is not None else ""))
+    measured = {k: v for k, v in sides.items() if isinstance(v, dict) and v.get("w") is not None}
+    worst = None
+    if measured:
+        worst = max(max(abs(x - t) for x, t in zip(v["w"], (5.0, 0.0, 3.0), strict=True)) for v in measured.values())
+    tolerance = float(b6.get("tolerance", 0.05))
+    name = (f"polyfit, {steps or 2000} steps: largest error of a final w vs [5, 0, 3], any side "
+            f"({', '.join(sorted(measured)) or 'none'})")
+    if worst is not None and steps is not None and steps < 2000:  # (--quick) too few steps to get there
+        out.append(Figure("B6", name, worst, f"{worst:.4f}", f"≤ {tolerance:g} after 2000 steps", None))
+    else:
+        out.append(_fig("B6", name, worst, "{:.4f}", f"≤ {tolerance:g}", lambda v: v <= tolerance))
     return out
 
 
 def missing(f: Figure, runs: dict[str, dict[str, Any]]) -> str:
     status = (runs.get(f.bench) or {}).get("status", "not run")
-    return "not measured at this size" if status == "ok" else status
+    if status == "ok":
+        return f.why or "not measured at this size"
+    return status
 
 
 def table_lines(figs: list[Figure], runs: dict[str, dict[str, Any]]) -> list[str]:
