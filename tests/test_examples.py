@@ -34,16 +34,20 @@ def _ran_as_planned(result, path: Path) -> dict[str, str]:  # type: ignore[no-un
     return ran
 
 
-def test_quickstart(tmp_path: Path) -> None:
-    result = run_file(EXAMPLES / "quickstart.yaml", output_dir=str(tmp_path), echo=quiet)
+@pytest.mark.parametrize("granularity", ["partition", "op"])
+def test_quickstart(tmp_path: Path, granularity: str) -> None:
+    result = run_file(EXAMPLES / "quickstart.yaml", output_dir=str(tmp_path), echo=quiet,
+                      granularity=granularity)
     np.testing.assert_array_equal(result.values["towers.c"], 2 * (A @ B))
     np.testing.assert_array_equal(np.load(tmp_path / "results" / "quickstart.npy"), A @ B)
     ran = _ran_as_planned(result, EXAMPLES / "quickstart.yaml")
     assert ran["towers/0/c"].endswith("GPU:0") and ran["towers/1/c"].endswith("GPU:1")
 
 
-def test_make_parallel_equals_a_plus_b(tmp_path: Path) -> None:
-    result = run_file(EXAMPLES / "make_parallel.yaml", output_dir=str(tmp_path), echo=quiet)
+@pytest.mark.parametrize("granularity", ["partition", "op"])
+def test_make_parallel_equals_a_plus_b(tmp_path: Path, granularity: str) -> None:
+    result = run_file(EXAMPLES / "make_parallel.yaml", output_dir=str(tmp_path), echo=quiet,
+                      granularity=granularity)
     a = _rng(1, 0).uniform(0, 1, (1000, 100))
     b = _rng(2, 0).uniform(0, 1, (1000, 100))
     np.testing.assert_array_equal(np.load(tmp_path / "results" / "make_parallel.npy"), a + b)
@@ -52,8 +56,10 @@ def test_make_parallel_equals_a_plus_b(tmp_path: Path) -> None:
         "/job:localhost/replica:0/task:0/device:GPU:0", "/job:localhost/replica:0/task:0/device:GPU:1"}
 
 
-def test_towers_load_split_broadcast_and_save(tmp_path: Path) -> None:
-    result = run_file(EXAMPLES / "towers.yaml", output_dir=str(tmp_path), echo=quiet)
+@pytest.mark.parametrize("granularity", ["partition", "op"])
+def test_towers_load_split_broadcast_and_save(tmp_path: Path, granularity: str) -> None:
+    result = run_file(EXAMPLES / "towers.yaml", output_dir=str(tmp_path), echo=quiet,
+                      granularity=granularity)
     points = np.loadtxt(EXAMPLES / "data" / "points.csv", delimiter=",", skiprows=1)
     w = np.array([[1.0, 0.5], [-1.0, 2.0], [0.25, 0.0]])
     np.testing.assert_allclose(result.values["towers.s"], (points @ w).sum(axis=0), rtol=1e-12)
@@ -64,8 +70,10 @@ def test_towers_load_split_broadcast_and_save(tmp_path: Path) -> None:
     _ran_as_planned(result, EXAMPLES / "towers.yaml")
 
 
-def test_sweep_selects_the_best_ridge_model(tmp_path: Path) -> None:
-    result = run_file(EXAMPLES / "sweep.yaml", output_dir=str(tmp_path), echo=quiet)
+@pytest.mark.parametrize("granularity", ["partition", "op"])
+def test_sweep_selects_the_best_ridge_model(tmp_path: Path, granularity: str) -> None:
+    result = run_file(EXAMPLES / "sweep.yaml", output_dir=str(tmp_path), echo=quiet,
+                      granularity=granularity)
     true_w = _rng(10, 0).normal(0, 1, 25)
     X, Xv = _rng(1, 0).normal(0, 1, (40, 25)), _rng(3, 0).normal(0, 1, (200, 25))
     y = X @ true_w + _rng(2, 0).normal(0, 2.0, 40)
@@ -86,6 +94,7 @@ def test_polyfit_data_parallel_adam(tmp_path: Path) -> None:
     shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("results"))
     spec = tmp_path / "examples" / "polyfit.yaml"
     result = run_file(spec, echo=quiet, report_path=str(tmp_path / "run.json"))
+    assert result.report["loops"]["train"].startswith("gang: one task per device per window of 100 steps")
     w = np.asarray(result.values["train.w"])
     assert np.all(np.abs(w - [5.0, 0.0, 3.0]) < 0.05), w
 
@@ -112,3 +121,24 @@ def test_polyfit_data_parallel_adam(tmp_path: Path) -> None:
     assert ran["train/step"]["worker"] == "/job:ps/replica:0/task:0/device:CPU:0"
     assert ran["train/step"]["runs"] == 2000
     assert ran["w0"]["worker"] == "/job:ps/replica:0/task:0/device:CPU:0"
+
+
+def test_polyfit_is_the_same_at_both_granularities(tmp_path: Path) -> None:
+    """200 steps in windows of 50: values, placements and per-op records equal with a task per op and
+    with gang windows (one task per device per window, values sent worker to worker)."""
+    shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("results"))
+    spec = tmp_path / "examples" / "polyfit.yaml"
+    spec.write_text(spec.read_text().replace("steps: 2000", "steps: 200").replace("window: 100", "window: 50"))
+    runs = {g: run_file(spec, echo=quiet, granularity=g) for g in ("op", "partition")}
+    by_op, by_partition = runs["op"], runs["partition"]
+    np.testing.assert_array_equal(by_op.values["train.w"], by_partition.values["train.w"])
+    np.testing.assert_array_equal(by_op.values["train.loss"], by_partition.values["train.loss"])
+
+    def records(result) -> dict[str, tuple[object, ...]]:  # type: ignore[no-untyped-def]
+        return {e["name"]: (e["planned_device"], e["worker"], e["runs"], e["output_bytes"], e.get("note"))
+                for e in result.report["ops"]}
+
+    assert records(by_op) == records(by_partition)
+    assert by_partition.report["loops"]["train"].startswith("gang")
+    # 3 devices x 4 windows, the loop's preparation and the ops outside the loop: a few dozen tasks, not 2,600
+    assert by_partition.report["totals"]["tasks"] < 40 < 2000 < by_op.report["totals"]["tasks"]

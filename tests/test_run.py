@@ -63,9 +63,11 @@ def test_every_valid_spec_has_expected_values() -> None:
     assert not missing, f"add NumPy expectations for {missing}"
 
 
+@pytest.mark.parametrize("granularity", ["partition", "op"])
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_valid_spec_values_and_placement(name: str, tmp_path: Path) -> None:
-    result = run_file(VALID / name, output_dir=str(tmp_path), echo=quiet, report_path=str(tmp_path / "run.json"))
+def test_valid_spec_values_and_placement(name: str, granularity: str, tmp_path: Path) -> None:
+    result = run_file(VALID / name, output_dir=str(tmp_path), echo=quiet, report_path=str(tmp_path / "run.json"),
+                      granularity=granularity)
     for ref, expected in EXPECTED[name]().items():
         np.testing.assert_allclose(np.asarray(result.values[ref]), expected, rtol=1e-12)
     report = json.loads((tmp_path / "run.json").read_text())
@@ -73,7 +75,8 @@ def test_valid_spec_values_and_placement(name: str, tmp_path: Path) -> None:
     planned = {p.op: p.device_name for p in plan.placements}
     ran = {entry["name"]: entry["worker"] for entry in report["ops"]}
     assert ran == planned
-    assert result.backend == "simulated"
+    assert all(entry["runs"] == 1 and entry["output_bytes"] is not None for entry in report["ops"])
+    assert result.backend == "simulated" and report["granularity"] == granularity
 
 
 def test_round_robin_runs_each_op_on_its_planned_device(tmp_path: Path) -> None:
@@ -186,7 +189,10 @@ def test_missing_device_fails_fast(tmp_path: Path) -> None:
         cluster.close()
 
 
-def test_killed_worker_is_retried(tmp_path: Path) -> None:
+@pytest.mark.parametrize("granularity", ["partition", "op"])
+def test_killed_worker_is_retried(tmp_path: Path, granularity: str) -> None:
+    """With retries: 1, a worker killed in the middle of a task (at partition granularity, the
+    middle of a partition of three ops) comes back under its name and the task runs again."""
     (tmp_path / "usermod.py").write_text(USER_MODULE)
     marker = tmp_path / "pid.txt"
     spec = _write(tmp_path / "kill.yaml", f"""
@@ -196,9 +202,11 @@ def test_killed_worker_is_retried(tmp_path: Path) -> None:
             localhost: {{gpus: 1}}
         graph:
           - {{name: x, op: fill, shape: [3], value: 21.0, device: /cpu:0}}
-          - {{name: y, op: call, fn: "usermod:slow", kernels: [cpu, gpu], inputs: [x], device: /gpu:0,
+          - {{name: w, op: mul, inputs: [x], scalar: 1.0, device: /gpu:0, retries: 1}}
+          - {{name: y, op: call, fn: "usermod:slow", kernels: [cpu, gpu], inputs: [w], device: /gpu:0,
               retries: 1, params: {{marker: "{marker}", seconds: 30}}}}
-        outputs: {{y: "-"}}
+          - {{name: z, op: add, inputs: [y], scalar: 0.0, device: /gpu:0, retries: 1}}
+        outputs: {{z: "-"}}
         """)
 
     def killer() -> None:
@@ -211,11 +219,13 @@ def test_killed_worker_is_retried(tmp_path: Path) -> None:
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
-    result = run_file(spec, echo=quiet)
+    result = run_file(spec, echo=quiet, granularity=granularity)
     thread.join(timeout=1)
     assert marker.exists()
-    np.testing.assert_array_equal(result.values["y"], np.full(3, 42.0))
-    assert result.report["ops"][1]["worker"] == "/job:localhost/replica:0/task:0/device:GPU:0"
+    np.testing.assert_array_equal(result.values["z"], np.full(3, 42.0))
+    assert result.report["ops"][2]["worker"] == "/job:localhost/replica:0/task:0/device:GPU:0"
+    if granularity == "partition":  # w, y and z were one task: all three ran again on the restarted worker
+        assert result.report["totals"]["tasks"] < 4
 
 
 def test_timeout_and_user_error_name_the_op(tmp_path: Path) -> None:
