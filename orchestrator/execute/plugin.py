@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from concurrent.futures import Future
 from typing import Any, Mapping, Sequence
 
 from distributed import WorkerPlugin, get_worker
@@ -18,8 +19,10 @@ from distributed.protocol.serialize import to_serialize
 from .. import tasks
 from ..backends import DeviceConfig
 from ..errors import RunError
+from ..tasks import Sent
 
 EXCHANGE_HANDLER = "orchestrator_exchange"
+OUTBOX_ATTRIBUTE = "orchestrator_outbox"
 
 
 class DeviceRuntimePlugin(WorkerPlugin):
@@ -47,8 +50,14 @@ class DeviceRuntimePlugin(WorkerPlugin):
             setattr(worker, tasks.RUNTIME_ATTRIBUTE, tasks.Runtime.for_device(config))
         runtime = getattr(worker, tasks.RUNTIME_ATTRIBUTE)
 
-        async def receive(run: str, items: Sequence[tuple[Sequence[Any], Any]]) -> None:
-            runtime.mailbox.put(run, items)
+        async def receive(comm: Any) -> None:
+            """A stream of values from another device's window partitions, until it closes."""
+            while True:
+                try:
+                    message = await comm.read()
+                except Exception:  # the sender closed the stream (it stopped, or its worker did)
+                    return
+                runtime.mailbox.put(message["items"])
 
         worker.handlers[EXCHANGE_HANDLER] = receive
 
@@ -56,22 +65,62 @@ class DeviceRuntimePlugin(WorkerPlugin):
         pass
 
 
-def send(worker: Any, device: str, run: str, items: Sequence[tuple[tasks.Tag, Any]]) -> Any:
-    """Send values to the worker standing for ``device`` (from a task's thread); a future of the delivery."""
-    payload = [(list(tag), to_serialize(value)) for tag, value in items]
-    return asyncio.run_coroutine_threadsafe(_deliver(worker, device, run, payload), worker.loop.asyncio_loop)
+def send(worker: Any, device: str, run: str, items: Sequence[tuple[tasks.Tag, Any]]) -> Sent:
+    """Send values to the worker standing for ``device`` (from a task's thread); done once written."""
+    outbox: _Outbox | None = worker.__dict__.get(OUTBOX_ATTRIBUTE)
+    if outbox is None:
+        outbox = worker.__dict__.setdefault(OUTBOX_ATTRIBUTE, _Outbox(worker))
+    return outbox.send(device, run, items)
 
 
-async def _deliver(worker: Any, device: str, run: str, payload: list[Any]) -> None:
-    for attempt in range(2):  # a restarted worker has a new address: look it up once more
-        address = await _address(worker, device, refresh=attempt > 0)
-        try:
-            await worker.rpc(address).orchestrator_exchange(run=run, items=payload)
-            return
-        except OSError:
-            if attempt:
-                raise
-    raise AssertionError("unreachable")
+class _Outbox:
+    """One stream per receiving device, kept open: a writer drains each queue, several values a write.
+
+    A stream is one-way (no reply per message); a value sent is done once
+    written. Values queued while the previous write is under way go out
+    together. A failed write fails every value it carried, which fails the
+    window that sent them.
+    """
+
+    def __init__(self, worker: Any):
+        self.worker = worker
+        self.queues: dict[str, asyncio.Queue[tuple[str, Sequence[tuple[Any, Any]], Future[None]]]] = {}
+
+    def send(self, device: str, run: str, items: Sequence[tuple[Any, Any]]) -> Future[None]:
+        done: Future[None] = Future()
+        self.worker.loop.asyncio_loop.call_soon_threadsafe(self._enqueue, device, run, items, done)
+        return done
+
+    def _enqueue(self, device: str, run: str, items: Sequence[tuple[Any, Any]], done: Future[None]) -> None:
+        queue = self.queues.get(device)
+        if queue is None:
+            queue = self.queues[device] = asyncio.Queue()
+            asyncio.ensure_future(self._write(device, queue))
+        queue.put_nowait((run, items, done))
+
+    async def _write(self, device: str, queue: asyncio.Queue[tuple[str, Sequence[tuple[Any, Any]], Future[None]]]) \
+            -> None:
+        from distributed.comm.core import connect
+
+        comm: Any = None
+        while True:
+            batch = [await queue.get()]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            try:
+                if comm is None or comm.closed():
+                    address = await _address(self.worker, device, refresh=comm is not None)
+                    comm = await connect(address, **self.worker.connection_args)
+                    await comm.write({"op": EXCHANGE_HANDLER, "reply": False})
+                await comm.write({"items": [(run, list(tag), to_serialize(value))
+                                            for run, items, _ in batch for tag, value in items]})
+            except Exception as exc:
+                for _, _, done in batch:
+                    done.set_exception(RunError(f"cannot send values to {device}: {type(exc).__name__}: {exc}"))
+                comm = None
+                continue
+            for _, _, done in batch:
+                done.set_result(None)
 
 
 async def _address(worker: Any, device: str, refresh: bool) -> str:

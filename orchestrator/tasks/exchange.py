@@ -56,13 +56,13 @@ class Mailbox:
         self._items: dict[tuple[str, Tag], Any] = {}
         self._aborted: dict[str, str] = {}
 
-    def put(self, run: str, items: Sequence[tuple[Sequence[Any], Any]]) -> None:
+    def put(self, items: Sequence[tuple[str, Sequence[Any], Any]]) -> None:
+        """Values arrived: ``(run, tag, value)`` each (the tag a list after the trip: msgpack has no tuples)."""
         with self._cond:
-            if run in self._aborted:
-                return
-            for tag, value in items:
-                loop, step, ref = tag  # msgpack turns the tuple into a list on the way
-                self._items[(run, (int(loop), int(step), str(ref)))] = value
+            for run, tag, value in items:
+                if run not in self._aborted:
+                    loop, step, ref = tag
+                    self._items[(run, (int(loop), int(step), str(ref)))] = value
             self._cond.notify_all()
 
     def take(self, run: str, tag: Tag, sender: str) -> Any:

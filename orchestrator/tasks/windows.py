@@ -74,7 +74,7 @@ def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
     outer = [a if not task.arg_index or task.arg_index[i] < 0 else a[task.arg_index[i]]
              for i, a in enumerate(args[:task.n_args])]
     del args
-    sent: list[Sent] = []
+    out = _Outgoing(worker, runtime, task)
     state: list[Any] = [None] * len(task.states)
     for v, rule in enumerate(task.states):
         if rule.first is not None and rule.first[0] == ARG:
@@ -82,7 +82,7 @@ def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
     if task.start > 0:  # carried in from the last window: the owner passes it on to its readers elsewhere
         for v, rule in enumerate(task.states):
             if rule.update is not None and rule.send_to:
-                sent += _send(worker, runtime, task, task.start, f"state:{rule.name}", state[v], rule.send_to)
+                out.add(task.start, f"state:{rule.name}", state[v], rule.send_to)
     series: list[list[Any]] = [[] for _ in task.metrics]
     last = task.start + task.steps - 1
     for step in range(task.start, last + 1):
@@ -102,17 +102,19 @@ def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
                 elif kind == STATE:
                     if here[slot] is None:
                         rule = task.states[slot]
+                        out.flush()  # never wait with values unsent that another device may be waiting for
                         here[slot] = _receive(runtime, task, step, f"state:{rule.name}", rule.owner, op.name)
                     value = here[slot]
                 else:
                     if slot not in received:
                         ref, sender = task.received[slot]
+                        out.flush()
                         received[slot] = _receive(runtime, task, step, ref, sender, op.name)
                     value = received[slot]
                 raw.append(_element(value, element))
             env[j] = execute(op, runtime, worker, tuple(raw), step)
             for ref, element, devices in task.sends[j]:
-                sent += _send(worker, runtime, task, step, ref, _element(env[j], element), devices)
+                out.add(step, ref, _element(env[j], element), devices)
             for slot in task.frees[j]:
                 env[slot] = None
         for m, (slot, element) in enumerate(task.metrics):
@@ -121,9 +123,9 @@ def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
             if rule.update is not None:
                 state[v] = _element(env[rule.update[0]], rule.update[1])
                 if step < last and rule.send_to:
-                    sent += _send(worker, runtime, task, step + 1, f"state:{rule.name}", state[v], rule.send_to)
-    for done in sent:  # the window ends once every value it sent has arrived
-        done.result()
+                    out.add(step + 1, f"state:{rule.name}", state[v], rule.send_to)
+        out.flush()
+    out.wait()  # the window ends once every value it sent is on its way
     carried = tuple(state[v] for v, rule in enumerate(task.states) if rule.update is not None)
     return carried + tuple(np.stack([np.asarray(x) for x in values]) for values in series)
 
@@ -132,11 +134,27 @@ def _element(value: Any, element: int) -> Any:
     return value if element < 0 else value[element]
 
 
-def _send(worker: Any, runtime: Runtime, task: WindowTask, step: int, ref: str, value: Any,
-          devices: tuple[str, ...]) -> list[Sent]:
-    host = runtime.backend.to_host(value)
-    tag: Tag = (task.loop, step, ref)
-    return [send(worker, device, task.run, [(tag, host)]) for device in devices]
+class _Outgoing:
+    """Values to send, gathered per device: one message each when the step ends or before any wait."""
+
+    def __init__(self, worker: Any, runtime: Runtime, task: WindowTask):
+        self.worker, self.runtime, self.task = worker, runtime, task
+        self.pending: dict[str, list[tuple[Tag, Any]]] = {}
+        self.sent: list[Sent] = []
+
+    def add(self, step: int, ref: str, value: Any, devices: tuple[str, ...]) -> None:
+        host = self.runtime.backend.to_host(value)
+        for device in devices:
+            self.pending.setdefault(device, []).append(((self.task.loop, step, ref), host))
+
+    def flush(self) -> None:
+        for device, items in self.pending.items():
+            self.sent.append(send(self.worker, device, self.task.run, items))
+        self.pending.clear()
+
+    def wait(self) -> None:
+        for done in self.sent:
+            done.result()
 
 
 def _receive(runtime: Runtime, task: WindowTask, step: int, ref: str, sender: str, reader: str) -> Any:
