@@ -1,19 +1,31 @@
 """Static memory plan: the peak of live bytes on every device, against its limit.
 
-Ops run in the plan's topological order (one step each). A value occupies
-memory on its producer's device from the step that makes it until the last
-step that reads it anywhere (a value sent to another device stays until it is
-sent); values named in ``outputs`` live to the end. On each other device that
-reads it, a value arriving from elsewhere occupies memory from the first to
-the last step that reads it there — it moves once per consuming device.
+Ops run one at a time in the order of the tasks that run them: device
+partitions (``orchestrator.partition``) one after another, each op inside in
+turn — the schedule the runner's default granularity follows — or, for
+``granularity="op"``, the plan's topological order. Liveness follows what
+the runtime holds:
+
+* A value read only inside its partition lives from the step that makes it
+  to its last reader there; then the partition drops it.
+* A value another task reads lives until the last of those tasks ends (the
+  worker holds a task's inputs until it is done); values a partition
+  returns together live as long as the longest-lived of them. Values named
+  in ``outputs`` live to the end.
+* On each other device that reads it, a value arriving from elsewhere
+  occupies memory from the start of the first task reading it there to the
+  end of the last — it moves once per consuming device.
 
 The peak of a device is the largest sum of live bytes at a step that runs on
-it; the op running then is "the op at the peak" (the first such op on a tie).
-Limits: a GPU's enforced cap (``gpu_memory``: ``limit``, else ``fraction`` x
-``total`` shared by its virtual GPUs), a CPU's ``memory_limit``; a peak over
-its limit is an error naming that op. Ops of unknown size (a ``call`` without
-``output``, a ``load``) count as zero, so such a device's peak is a lower
-bound: a warning where the user declared the limit, a note otherwise.
+it; the op running then is "the op at the peak" (the first such op on a
+tie). Limits: a GPU's enforced cap (``gpu_memory``: ``limit``, else
+``fraction`` x ``total`` shared by its virtual GPUs), a CPU's
+``memory_limit``. A device over its limit is an error naming the op whose
+allocation first takes it over (its outputs, or a value arriving for it),
+and listing the largest values live at the peak. Ops of unknown size (a
+``call`` without ``output``, a ``load`` without ``shape``) count as zero, so
+such a device's peak is a lower bound: a warning where the user declared
+the limit, a note otherwise.
 
 Ops left on ``GPU:*`` (Dask picks the GPU at run time) are counted together,
 as if on one GPU, against the smallest limit among the GPUs they may use: an
@@ -24,81 +36,137 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
+from typing import Sequence
 
 from .errors import Diagnostic, format_bytes
 from .model import Cluster, DeviceMemory, OpRef, Plan
+from .partition import partition
 
 Key = tuple[str, int]  # (op, output index)
 
 
-def plan_memory(plan: Plan) -> Plan:
+def schedule(plan: Plan, granularity: str = "partition") -> tuple[tuple[str, ...], ...]:
+    """The units the runner runs, in an order that respects every dependency: partitions, or single ops."""
+    if granularity == "op":
+        return tuple((p.op,) for p in plan.placements)
+    spec = plan.spec
+    body_of = {name: loop for loop in spec.loops for name in loop.body}
+    outer = [p.op for p in plan.placements if p.op not in body_of]
+    units = [part.ops for part in partition(plan, outer)]
+    for loop in spec.loops:  # one step of each loop: its body's partitions
+        placeholders = {var.placeholder for var in loop.state}
+        units += [(name,) for name in loop.body if name in placeholders]
+        units += [part.ops for part in partition(plan, list(loop.body), external=placeholders)]
+    position = {p.op: i for i, p in enumerate(plan.placements)}
+    # a unit runs where its first op falls in the plan's order: loops stay between the stages around them
+    return tuple(sorted(units, key=lambda unit: position[unit[0]]))
+
+
+def plan_memory(plan: Plan, granularity: str = "partition") -> Plan:
     """Return ``plan`` with per-device memory figures and diagnostics for devices over their limit."""
     spec = plan.spec
-    step_of = {p.op: i for i, p in enumerate(plan.placements)}
+    units = schedule(plan, granularity)
+    order = [name for unit in units for name in unit]
+    step_of = {name: i for i, name in enumerate(order)}
+    unit_of = {name: u for u, unit in enumerate(units) for name in unit}
+    first_step = [step_of[unit[0]] for unit in units]
+    last_step = [step_of[unit[-1]] for unit in units]
     device_of = {p.op: p.device_name for p in plan.placements}
-    last_use: dict[Key, int] = {}
-    per_device_use: dict[tuple[Key, str], tuple[int, int]] = {}
-    for p in plan.placements:
-        op = spec.op(p.op)
-        step = step_of[p.op]
-        for ref in op.inputs:
-            key = (ref.op, ref.output or 0)
-            last_use[key] = max(last_use.get(key, -1), step)
-            span = per_device_use.get((key, p.device_name))
-            per_device_use[(key, p.device_name)] = (step, step) if span is None else (span[0], step)
-    end = len(plan.placements)
+    end = len(order)
     kept = {(o.ref.op, o.ref.output or 0) for o in spec.outputs}
 
-    delta: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    # who reads each value: the last step holding it on its own device, the tasks reading it elsewhere
+    holds: dict[Key, int] = {}
+    away: dict[tuple[Key, str], tuple[int, int]] = {}
+    for name in order:
+        op = spec.op(name)
+        for ref in op.inputs:
+            key = (ref.op, ref.output or 0)
+            if ref.op not in unit_of:
+                continue
+            same_task = unit_of[ref.op] == unit_of[name]
+            until = step_of[name] if same_task else last_step[unit_of[name]]
+            holds[key] = max(holds.get(key, -1), until)
+            if device_of[ref.op] != device_of[name]:
+                span = away.get((key, device_of[name]))
+                start, stop = first_step[unit_of[name]], last_step[unit_of[name]]
+                away[(key, device_of[name])] = (start, stop) if span is None else (min(span[0], start),
+                                                                                  max(span[1], stop))
+    # values a task returns together (it returns a tuple) live as long as the longest-lived of them
+    returned: dict[int, list[Key]] = defaultdict(list)
+    for key, until in holds.items():
+        if until > last_step[unit_of[key[0]]]:
+            returned[unit_of[key[0]]].append(key)
+    for keys in returned.values():
+        if len(keys) > 1:
+            longest = max(holds[k] for k in keys)
+            for k in keys:
+                holds[k] = longest
+
+    intervals: dict[str, list[tuple[int, int, int, str]]] = defaultdict(list)  # device -> (start, stop, size, what)
     unknown: dict[str, list[str]] = defaultdict(list)
     bytes_in: dict[str, int] = defaultdict(int)
     bytes_out: dict[str, int] = defaultdict(int)
-    for p in plan.placements:
-        op = spec.op(p.op)
-        step = step_of[p.op]
+    for name in order:
+        op = spec.op(name)
+        step, device = step_of[name], device_of[name]
         for i in range(op.outputs):
-            key = (p.op, i)
-            size = spec.value(OpRef(p.op, i if op.outputs > 1 else None)).nbytes
+            key = (name, i)
+            size = spec.value(OpRef(name, i if op.outputs > 1 else None)).nbytes
             if size is None:
-                unknown[p.device_name].append(p.op)
+                unknown[device].append(name)
                 continue
-            stop = end if key in kept else max(last_use.get(key, step), step)
-            delta[p.device_name][step] += size
-            delta[p.device_name][stop + 1] -= size
-    for (key, device), (first, last) in per_device_use.items():
-        source = device_of.get(key[0])
-        if source is None or source == device:
-            continue
+            stop = end if key in kept else max(holds.get(key, step), step)
+            intervals[device].append((step, stop, size, _label(name, i, op.outputs)))
+    for (key, device), (first, last) in away.items():
         op = spec.op(key[0])
         size = spec.value(OpRef(key[0], key[1] if op.outputs > 1 else None)).nbytes
         if size is None:
             continue
-        delta[device][first] += size
-        delta[device][last + 1] -= size
+        intervals[device].append((first, last, size, _label(key[0], key[1], op.outputs) + " (arrived)"))
         bytes_in[device] += size
-        bytes_out[source] += size
+        bytes_out[device_of[key[0]]] += size
 
     ops_on: dict[str, list[str]] = defaultdict(list)
-    for p in plan.placements:
-        ops_on[p.device_name].append(p.op)
+    for name in order:
+        ops_on[device_of[name]].append(name)
     memories = []
     diagnostics = list(plan.diagnostics)
     for device, names in ops_on.items():
-        changes = delta.get(device, {})
-        live, peak, peak_op = 0, 0, None
-        steps = sorted(set(changes) | {step_of[n] for n in names})
-        running = {step_of[n]: n for n in names}
-        for step in steps:
-            live += changes.get(step, 0)
-            if step in running and (peak_op is None or live > peak):  # ties: the first op to reach it
-                peak, peak_op = live, running[step]
         limit = _limit(plan, device)
+        peak, peak_op, over_op, largest = _peak(intervals.get(device, []), names, step_of, limit)
         memory = DeviceMemory(device, tuple(names), peak, peak_op, limit, tuple(unknown.get(device, ())),
-                              bytes_in.get(device, 0), bytes_out.get(device, 0))
+                              bytes_in.get(device, 0), bytes_out.get(device, 0), over_op, largest)
         memories.append(memory)
         diagnostics.extend(_judge(plan, memory))
     memories.sort(key=lambda m: _device_order(plan.spec.cluster, m.device))
     return replace(plan, memory=tuple(memories), diagnostics=tuple(diagnostics))
+
+
+def _label(name: str, index: int, outputs: int) -> str:
+    return name if outputs == 1 else f"{name}:{index}"
+
+
+def _peak(intervals: Sequence[tuple[int, int, int, str]], names: Sequence[str], step_of: dict[str, int],
+          limit: int | None) -> tuple[int, str | None, str | None, tuple[tuple[str, int], ...]]:
+    """(peak, the op running at it, the op whose step first goes over ``limit``, the largest values at the peak)."""
+    delta: dict[int, int] = defaultdict(int)
+    for start, stop, size, _ in intervals:
+        delta[start] += size
+        delta[stop + 1] -= size
+    running = {step_of[n]: n for n in names}
+    live, peak, peak_op, peak_step, over_op = 0, 0, None, -1, None
+    for step in sorted(set(delta) | set(running)):
+        live += delta.get(step, 0)
+        if step not in running:
+            continue
+        if peak_op is None or live > peak:  # ties: the first op to reach it
+            peak, peak_op, peak_step = live, running[step], step
+        if over_op is None and limit is not None and live > limit:
+            over_op = running[step]
+    at_peak = sorted(((what, size) for start, stop, size, what in intervals if start <= peak_step <= stop),
+                     key=lambda item: (-item[1], item[0]))
+    return peak, peak_op, over_op, tuple(at_peak[:3])
 
 
 def _limit(plan: Plan, device: str) -> int | None:
@@ -116,13 +184,15 @@ def _judge(plan: Plan, memory: DeviceMemory) -> list[Diagnostic]:
         return []
     doc = plan.spec.document
     if memory.peak > memory.limit:
-        assert memory.peak_op is not None
-        op = plan.spec.op(memory.peak_op)
+        culprit = memory.over_op or memory.peak_op
+        assert culprit is not None
+        op = plan.spec.op(culprit)
         bound = "at least " if memory.unknown else ""
+        largest = ", ".join(f"{what} {format_bytes(size)}" for what, size in memory.largest)
         return [doc.diagnostic(
             "memory", op.path,
-            f"op '{op.name}' needs {bound}{format_bytes(memory.peak)} on {memory.device}; "
-            f"limit is {format_bytes(memory.limit)}",
+            f"op '{op.name}' takes {memory.device} over its limit of {format_bytes(memory.limit)}: "
+            f"{bound}{format_bytes(memory.peak)} at the peak ({largest})",
             "raise the device's gpu_memory or memory_limit, split the work across devices, "
             "or place large ops elsewhere")]
     if memory.unknown and _declared(plan, memory.device):

@@ -392,6 +392,8 @@ class DeviceMemory:
     unknown: tuple[str, ...]  # ops whose size is unknown (peak is then a lower bound)
     bytes_in: int
     bytes_out: int
+    over_op: str | None = None  # the op whose allocation first takes the device over its limit
+    largest: tuple[tuple[str, int], ...] = ()  # the largest values live at the peak: (value, bytes)
 
     @property
     def used_fraction(self) -> float | None:

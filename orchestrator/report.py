@@ -131,7 +131,8 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "devices": [{
             "device": m.device, "ops": list(m.ops), "peak_bytes": m.peak, "peak_op": m.peak_op,
             "limit_bytes": m.limit, "used": m.used_fraction, "unknown_size_ops": list(m.unknown),
-            "bytes_in": m.bytes_in, "bytes_out": m.bytes_out,
+            "bytes_in": m.bytes_in, "bytes_out": m.bytes_out, "over_limit_op": m.over_op,
+            "largest_at_peak": [{"value": what, "bytes": size} for what, size in m.largest],
         } for m in plan.memory],
         "ops": [{
             "name": p.op, "op": p.kind, "device": p.device_name,

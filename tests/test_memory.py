@@ -184,7 +184,7 @@ graph:
 """
 
 
-BIG_MESSAGE = f"op 'big' needs 4.0 MiB on {GPU0}; limit is 1.0 MiB"
+BIG_MESSAGE = f"op 'big' takes {GPU0} over its limit of 1.0 MiB: 4.0 MiB at the peak (big 4.0 MiB)"
 
 
 def test_an_op_over_the_gpu_limit_is_an_error_from_the_api(tmp_path: Path) -> None:
@@ -218,7 +218,7 @@ def test_fraction_of_a_declared_total_is_the_limit(tmp_path: Path) -> None:
     # 0.25 x 64 MiB = 16 MiB; 2048 x 2048 float64 = 32 MiB
     path = write(tmp_path, big_spec("{fraction: 0.25, total: 64MiB}", "[2048, 2048]"))
     (error,) = check_file(path).errors
-    assert error.message == f"op 'big' needs 32.0 MiB on {GPU0}; limit is 16.0 MiB"
+    assert error.message == f"op 'big' takes {GPU0} over its limit of 16.0 MiB: 32.0 MiB at the peak (big 32.0 MiB)"
     fits = write(tmp_path, big_spec("{fraction: 0.25, total: 64MiB}"), "fits.yaml")
     assert memory(fits)[GPU0]["limit_bytes"] == 16 * MiB
 
@@ -247,7 +247,7 @@ def test_cpu_memory_limit_is_checked(tmp_path: Path) -> None:
           - {name: a, op: zeros, shape: [1000]}
         """)
     (error,) = check_file(path).errors
-    assert error.message == f"op 'a' needs 7.8 KiB on {CPU0}; limit is 4.0 KiB"
+    assert error.message == f"op 'a' takes {CPU0} over its limit of 4.0 KiB: 7.8 KiB at the peak (a 7.8 KiB)"
 
 
 def test_an_unknown_size_over_the_limit_says_at_least(tmp_path: Path) -> None:
@@ -261,4 +261,26 @@ def test_an_unknown_size_over_the_limit_says_at_least(tmp_path: Path) -> None:
           - {name: f, op: call, fn: mypkg.mod:f, inputs: [a]}
         """)
     (error,) = check_file(path).errors
-    assert error.message == f"op 'a' needs at least 7.8 KiB on {CPU0}; limit is 4.0 KiB"
+    assert error.message == f"op 'a' takes {CPU0} over its limit of 4.0 KiB: at least 7.8 KiB at the peak (a 7.8 KiB)"
+
+
+def test_the_op_whose_allocation_goes_over_the_limit_is_named_not_the_op_at_the_peak(tmp_path: Path) -> None:
+    """4 MiB of zeros, then a sum: the peak is at the sum (it holds the zeros and its own 8 bytes),
+    but it is the zeros that do not fit; the largest values live at the peak are listed."""
+    path = write(tmp_path, """\
+        version: 1
+        cluster:
+          jobs:
+            localhost: {gpus: 1, gpu_memory: {limit: 1MiB}}
+        graph:
+          - {name: z, op: zeros, shape: [524288], device: /gpu:0}
+          - {name: s, op: sum, inputs: [z], device: /gpu:0}
+        outputs: {s: "-"}
+        """)
+    (error,) = check_file(path).errors
+    assert error.message == (f"op 'z' takes {GPU0} over its limit of 1.0 MiB: 4.0 MiB at the peak "
+                             "(z 4.0 MiB, s 8 B)")
+    assert error.line == 6
+    gpu = memory(write(tmp_path, path.read_text().replace("1MiB", "8MiB"), "fits.yaml"))
+    assert (gpu[GPU0]["peak_op"], gpu[GPU0]["over_limit_op"]) == ("s", None)
+    assert gpu[GPU0]["largest_at_peak"] == [{"value": "z", "bytes": 4 * MiB}, {"value": "s", "bytes": 8}]
