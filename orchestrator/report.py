@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping, Sequence
 
+from .compile import loop_mode
 from .errors import Diagnostic, format_bytes, format_path
 from .model import DeviceMemory, Placement, Plan
 from .ops import tf_name
+from .partition import Partition, partition
 
 PLAN_JSON_VERSION = 1
 
@@ -111,6 +113,7 @@ def plan_text(plan: Plan) -> str:
         if m.device.endswith(":*"):
             lines.append(f"  note: Dask picks the GPU of {m.device} ops at run time; "
                          "their memory is counted as if on one GPU")
+    lines += _tasks_text(plan)
     lines.append("")
     lines.append("placement (op: (Type): device  # why):")
     for p in plan.placements:
@@ -119,6 +122,23 @@ def plan_text(plan: Plan) -> str:
             size = "? bytes" if t.nbytes is None else format_bytes(t.nbytes)
             lines.append(f"    <- {t.ref} from {t.source} ({size})")
     return "\n".join(lines) + "\n"
+
+
+def outer_partitions(plan: Plan) -> tuple[Partition, ...]:
+    """The device partitions of the ops outside loops: one Dask task each at the default granularity."""
+    in_loops = {name for loop in plan.spec.loops for name in loop.body}
+    return partition(plan, [p.op for p in plan.placements if p.op not in in_loops])
+
+
+def _tasks_text(plan: Plan) -> list[str]:
+    parts = outer_partitions(plan)
+    ops = sum(len(p.ops) for p in parts)
+    lines = [f"tasks: {_count(len(parts), 'device partition')} for {_count(ops, 'op')} outside loops "
+             "(one Dask task each; run --granularity op for one per op)"]
+    for loop in plan.spec.loops:
+        mode, why = loop_mode(plan, loop, "partition")
+        lines.append(f"loop '{loop.name}': {mode}: {why}")
+    return lines
 
 
 def plan_dict(plan: Plan) -> dict[str, Any]:
@@ -142,6 +162,9 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
             "transfers": [{"input": str(t.ref), "from": t.source, "to": t.target, "bytes": t.nbytes}
                           for t in p.transfers],
         } for p in plan.placements],
+        "partitions": [{"device": p.device.to_string(), "ops": list(p.ops)} for p in outer_partitions(plan)],
+        "loops": {loop.name: dict(zip(("mode", "why"), loop_mode(plan, loop, "partition")))
+                  for loop in spec.loops},
         "diagnostics": [d.as_dict() for d in plan.diagnostics],
     }
 
@@ -164,19 +187,32 @@ def _label(*lines: str) -> str:
 
 
 def plan_dot(plan: Plan) -> str:
-    """Graphviz DOT: one cluster per used device, cross-device edges labelled with their bytes."""
+    """Graphviz DOT: one cluster per used device, inside it one per device partition (a Dask task),
+    cross-device edges labelled with their bytes."""
     spec = plan.spec
     ops_on: dict[str, list[str]] = {m.device: [] for m in plan.memory}  # the memory plan's order, if any
     for p in plan.placements:
         ops_on.setdefault(p.device_name, []).append(p.op)
+    task_of = {name: part for part in outer_partitions(plan) for name in part.ops}
     lines = [f"digraph {_q(spec.name)} {{", "  rankdir=LR;", "  node [shape=box, style=filled, fontsize=10];"]
     for i, (device, names) in enumerate((d, n) for d, n in ops_on.items() if n):
         colour = _PALETTE[i % len(_PALETTE)]
         lines.append(f"  subgraph {_q('cluster_' + str(i))} {{")
         lines.append(f"    label={_q(device)}; style=rounded; color={_q(colour)};")
+        drawn: set[int] = set()
         for name in names:
-            lines.append(f"    {_q(name)} [label={_label(name, tf_name(spec.op(name).kind))}, "
-                         f"fillcolor={_q(colour)}];")
+            part = task_of.get(name)
+            if part is not None and len(part.ops) > 1 and part.index not in drawn:
+                drawn.add(part.index)
+                lines.append(f"    subgraph {_q(f'cluster_{i}_task_{part.index}')} {{")
+                lines.append(f"      label={_q('task ' + part.label)}; style=dashed; color=gray40; fontsize=9;")
+                for member in part.ops:
+                    lines.append(f"      {_q(member)} [label={_label(member, tf_name(spec.op(member).kind))}, "
+                                 f"fillcolor={_q(colour)}];")
+                lines.append("    }")
+            elif part is None or len(part.ops) == 1:
+                lines.append(f"    {_q(name)} [label={_label(name, tf_name(spec.op(name).kind))}, "
+                             f"fillcolor={_q(colour)}];")
         lines.append("  }")
     device_of = {p.op: p.device_name for p in plan.placements}
     for p in plan.placements:
@@ -208,8 +244,11 @@ def placement_summary(run_report: Mapping[str, Any]) -> str:
     for device, slot in rows:
         lines.append(f"  {device.ljust(width)}  {slot['ops']:>5}  {format_bytes(slot['bytes']):>12}")
     totals = run_report["totals"]
-    lines.append(f"  {totals['ops']} ops ({totals['tasks']} Dask tasks) in {run_report['elapsed_seconds']:.2f} s; "
-                 f"{totals['moves']} planned transfers, Dask moved {format_bytes(totals['bytes_moved'])} "
-                 f"in {totals.get('transfers_seen', 0)}; "
+    exchanged = int(totals.get("bytes_exchanged", 0))
+    dask_moved = int(totals["bytes_moved"]) - exchanged
+    sent = f", loop windows sent {format_bytes(exchanged)} worker to worker" if exchanged else ""
+    lines.append(f"  {totals['ops']} ops ({totals['tasks']} Dask tasks, {run_report.get('granularity', 'partition')} "
+                 f"granularity) in {run_report['elapsed_seconds']:.2f} s; {totals['moves']} planned transfers, "
+                 f"Dask moved {format_bytes(dask_moved)} in {totals.get('transfers_seen', 0)}{sent}; "
                  f"placement verified against the plan")
     return "\n".join(lines) + "\n"

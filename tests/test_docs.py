@@ -52,3 +52,15 @@ def test_schema_file_is_the_one_the_package_serves() -> None:
     on_disk = json.loads((ROOT / "schemas" / "spec.schema.json").read_text())
     assert on_disk == schema()
     assert on_disk["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+
+
+def test_every_relative_link_in_the_docs_leads_to_a_file() -> None:
+    import re
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" not in target and not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, broken

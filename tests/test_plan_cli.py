@@ -93,7 +93,7 @@ def test_json_shape() -> None:
     code, out = plan(str(VALID / "matmul.yaml"), "--format", "json")
     assert code == 0
     data = json.loads(out)
-    assert set(data) == {"format", "name", "file", "cluster", "devices", "ops", "diagnostics"}
+    assert set(data) == {"format", "name", "file", "cluster", "devices", "ops", "partitions", "loops", "diagnostics"}
     assert (data["format"], data["name"], data["file"]) == (1, "matmul", str(VALID / "matmul.yaml"))
     assert data["cluster"] == {"devices": [CPU0, GPU0], "default_job": "localhost"}
     c = data["ops"][2]
@@ -168,7 +168,7 @@ def test_dot_same_device_edges_are_plain_and_control_edges_dashed(tmp_path: Path
     target = tmp_path / "out.dot"
     assert plan(str(path), "--dot", str(target))[0] == 0
     dot = target.read_text(encoding="utf-8")
-    assert dot.count('subgraph "cluster_') == 1
+    assert dot.count('subgraph "cluster_') == 2  # the device, and its one task of three ops
     assert dot.count('  "a" -> "b";\n') == 1
     assert '  "b" -> "c" [style=dashed];\n' in dot
 
@@ -193,3 +193,36 @@ def test_svg_without_graphviz_is_a_usage_error(tmp_path: Path, monkeypatch: pyte
     assert capsys.readouterr().err == \
         f"cannot render {target}: Graphviz 'dot' is not installed (write a .dot file instead)\n"
     assert not target.exists()
+
+
+# ------------------------------------------------------------------- partitions
+
+
+def test_plan_says_how_many_tasks_run_and_how_loops_run() -> None:
+    code, text = plan(str(VALID / "pipeline.yaml"))
+    assert code == 0
+    assert "tasks: 4 device partitions for 8 ops outside loops (one Dask task each; run --granularity op for one " \
+           "per op)" in text
+    code, text = plan(str(ROOT / "examples" / "polyfit.yaml"))
+    assert "loop 'train': gang: one task per device per window of 100 steps (3 devices), values sent worker to " \
+           "worker" in text
+
+
+def test_json_lists_the_partitions_and_loop_modes() -> None:
+    code, out = plan(str(VALID / "pipeline.yaml"), "--format", "json")
+    data = json.loads(out)
+    assert [p["ops"] for p in data["partitions"]] == [["x", "centred", "scaled"], ["w"], ["y", "y2", "total"],
+                                                      ["mean"]]
+    assert [p["device"] for p in data["partitions"]] == [CPU0, GPU0, GPU0, CPU0]
+    code, out = plan(str(ROOT / "examples" / "polyfit.yaml"), "--format", "json")
+    assert json.loads(out)["loops"]["train"]["mode"] == "gang"
+
+
+def test_dot_draws_each_partition_of_several_ops_inside_its_device(tmp_path: Path) -> None:
+    target = tmp_path / "plan.dot"
+    assert plan(str(VALID / "pipeline.yaml"), "--dot", str(target))[0] == 0
+    dot = target.read_text()
+    assert 'subgraph "cluster_0_task_0" {' in dot and 'label="task x+2"; style=dashed' in dot
+    assert 'label="task y+2"' in dot
+    # a partition of one op is its node alone
+    assert 'task w"' not in dot and 'task mean"' not in dot

@@ -50,6 +50,7 @@ EXPECTED: dict[str, Callable[[], dict[str, np.ndarray]]] = {
     "variables_on_cpu.yaml": lambda: {"y": np.ones((3, 2)) @ np.array([[1.0, 2.0], [3.0, 4.0]]) + 0.5},
     "virtual_gpus.yaml": lambda: {"c": np.full((4, 4), 6.0)},
     "soft_placement.yaml": lambda: {"y": 1.0 + np.arange(4.0).reshape(2, 2)},
+    "pipeline.yaml": lambda: {"mean": (((2.0 * (_uniform(1, (64, 16)) - 0.5)) @ np.ones((16, 4))) ** 2).sum(0) / 64},
 }
 
 

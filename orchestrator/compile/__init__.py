@@ -32,11 +32,11 @@ graphs of many ops, by op kind.
 """
 
 from .builder import GraphBuilder
-from .gang import compile_gang_prep, compile_gang_window, gang_blocker
+from .gang import compile_gang_prep, compile_gang_window, gang_blocker, loop_mode
 from .loops import LoopState, after_window, compile_fetch, compile_window, loop_start, lookup_value
 from .options import CompileOptions
 from .plan import compile_plan
 
 __all__ = ["CompileOptions", "GraphBuilder", "LoopState", "after_window", "compile_fetch",
            "compile_gang_prep", "compile_gang_window", "compile_plan", "compile_window", "gang_blocker",
-           "loop_start", "lookup_value"]
+           "loop_mode", "loop_start", "lookup_value"]

@@ -62,6 +62,18 @@ def gang_blocker(plan: Plan, loop: Loop) -> str:
     return ""
 
 
+def loop_mode(plan: Plan, loop: Loop, granularity: str) -> tuple[str, str]:
+    """How ``loop`` runs at ``granularity``: ``gang``, ``partition`` or ``op``, and in words why."""
+    if granularity == "op":
+        return "op", "a task per op per step (--granularity op)"
+    blocker = gang_blocker(plan, loop)
+    if blocker:
+        return "partition", f"a task per device partition per step, because {blocker}"
+    devices = len({plan.placement(n).device for n in loop.body})
+    return "gang", (f"one task per device per window of {loop.window} steps ({devices} device"
+                    f"{'s' if devices != 1 else ''}), values sent worker to worker")
+
+
 def _short(device: DeviceSpec) -> str:
     return f"{device.job}/{device.task}/{device.short()}"
 

@@ -31,7 +31,7 @@ from typing import Any, Mapping, Protocol, Sequence
 import numpy as np
 
 from ..compile import (CompileOptions, LoopState, after_window, compile_fetch, compile_gang_prep, compile_gang_window,
-                       compile_plan, compile_window, gang_blocker, loop_start, lookup_value)
+                       compile_plan, compile_window, loop_mode, loop_start, lookup_value)
 from ..devices import DeviceSpec
 from ..errors import RunError
 from ..model import CompiledGraph, CompiledWindow, Located, Loop, OpRef, Plan
@@ -162,17 +162,9 @@ class StagedRun:
 
     def window_mode(self, loop: Loop) -> str:
         """``gang`` (a task per device per window), else ``partition`` or ``op`` (tasks per step); says why."""
-        if self.options.granularity == "op":
-            self.modes[loop.name] = "op: a task per op per step (--granularity op)"
-            return "op"
-        blocker = gang_blocker(self.plan, loop)
-        if blocker:
-            self.modes[loop.name] = f"partition: a task per device partition per step, because {blocker}"
-            return "partition"
-        devices = len({self.plan.placement(n).device for n in loop.body})
-        self.modes[loop.name] = (f"gang: one task per device per window of {loop.window} steps ({devices} device"
-                                 f"{'s' if devices != 1 else ''}), values sent worker to worker")
-        return "gang"
+        mode, why = loop_mode(self.plan, loop, self.options.granularity)
+        self.modes[loop.name] = f"{mode}: {why}"
+        return mode
 
     def prepare_gang(self, loop: Loop, state: LoopState) -> LoopState:
         """Move what the loop reads to its devices, and wait: a window's tasks may wait for nothing else."""
