@@ -6,7 +6,10 @@ device) pair moves the value's bytes once (``Placement.transfers``,
 deduplicated per input and target device). The measured figure is what Dask's
 workers logged in ``transfer_incoming_log`` for this run's keys
 (``report["totals"]["bytes_moved"]``), where Dask counts ``sizeof()`` of each
-value (for NumPy arrays: ``nbytes``). Goal: 1.00 for every spec.
+value (for NumPy arrays: ``nbytes``), plus what loop windows sent worker to
+worker (``bytes_exchanged``). Every spec runs at both granularities (a task
+per device partition, the default, and a task per op). Goal: 1.00 for every
+spec at both.
 """
 
 from __future__ import annotations
@@ -174,7 +177,7 @@ def kind_of(key: str) -> str:
     return "control token" if key.startswith("done(") else "value"
 
 
-def measure(name: str, text: str, repeats: int) -> dict[str, Any]:
+def measure(name: str, text: str, repeats: int, granularity: str) -> dict[str, Any]:
     from distributed import Client
 
     from orchestrator.execute.cluster import EmbeddedCluster
@@ -188,23 +191,25 @@ def measure(name: str, text: str, repeats: int) -> dict[str, Any]:
         for _ in range(repeats):
             started = time.perf_counter()
             result = run_plan(plan, RunSettings(scheduler=cluster.scheduler_address, write_outputs=False,
-                                                progress=False), lambda _: None)
+                                                progress=False, granularity=granularity), lambda _: None)
             seconds = time.perf_counter() - started
             totals = result.report["totals"]
             with Client(cluster.scheduler_address, set_as_default=False) as client:
                 logged = [item for items in client.run(logged_transfers, run=result.report["run"]).values()
                           for item in items]
             runs.append({"bytes_moved": int(totals["bytes_moved"]), "transfers_seen": int(totals["transfers_seen"]),
-                         "moves_counted_by_runner": int(totals["moves"]), "seconds": seconds,
+                         "bytes_exchanged": int(totals.get("bytes_exchanged", 0)),
+                         "moves_counted_by_runner": int(totals["moves"]), "seconds": seconds, "tasks": totals["tasks"],
                          "logged": [{"key": k.replace(result.report["run"], "<run>"), "nbytes": n, "kind": kind_of(k)}
                                     for k, n in sorted(logged)]})
-            assert sum(n for _, n in logged) == runs[-1]["bytes_moved"], (logged, totals)
+            assert sum(n for _, n in logged) + runs[-1]["bytes_exchanged"] == runs[-1]["bytes_moved"], (logged, totals)
     finally:
         cluster.close()
     worst = max(runs, key=lambda r: r["bytes_moved"])  # the worst run counts
     moved = worst["bytes_moved"]
     tokens = sum(t["nbytes"] for t in worst["logged"] if t["kind"] == "control token")
-    return {"spec": name, "minimum_bytes": minimum, "pairs": pairs, "runs": runs, "bytes_moved": moved,
+    return {"spec": name, "granularity": granularity, "minimum_bytes": minimum, "pairs": pairs, "runs": runs,
+            "bytes_moved": moved,
             "value_bytes_moved": moved - tokens, "control_token_bytes": tokens,
             "excess_bytes": moved - minimum, "ratio": moved / minimum if minimum else float("nan"),
             "stable": len({r["bytes_moved"] for r in runs}) == 1}
@@ -212,25 +217,29 @@ def measure(name: str, text: str, repeats: int) -> dict[str, Any]:
 
 def main() -> int:
     repeats = 2 if "--quick" in sys.argv else 3
-    results: dict[str, Any] = {}
-    for name, text in SPECS.items():
-        r = measure(name, text, repeats)
-        results[name] = r
-        extra = (f"; +{r['excess_bytes']} B over the minimum" if r["excess_bytes"] else "") + \
-            (f" ({r['control_token_bytes']} B of them control tokens, Dask's sizeof(None))"
-             if r["control_token_bytes"] else "")
-        print(f"{name:>10}: moved {r['bytes_moved']:>9} B in {r['runs'][0]['transfers_seen']} transfer(s) | "
-              f"plan minimum {r['minimum_bytes']:>9} B over {len(r['pairs'])} (value, device) pair(s) | "
-              f"ratio {r['ratio']:.4f}{extra}{'' if r['stable'] else ' (varied between runs)'}")
-    moved = sum(r["bytes_moved"] for r in results.values())
-    minimum = sum(r["minimum_bytes"] for r in results.values())
-    worst = max(r["ratio"] for r in results.values())
-    values = sum(r["value_bytes_moved"] for r in results.values())
-    summary = {"bytes_moved": moved, "minimum_bytes": minimum, "ratio": moved / minimum, "worst_ratio": worst,
-               "value_bytes_moved": values, "value_ratio": values / minimum}
-    print(f"     total: moved {moved / MIB:.3f} MiB, minimum {minimum / MIB:.3f} MiB: ratio {moved / minimum:.4f}, "
-          f"worst spec {worst:.4f}; arrays alone {values / minimum:.4f} (goal 1.00)")
-    save_result("transfers.json", {"specs": results, "summary": summary})
+    out: dict[str, Any] = {}
+    for granularity in ("partition", "op"):
+        results: dict[str, Any] = {}
+        for name, text in SPECS.items():
+            r = measure(name, text, repeats, granularity)
+            results[name] = r
+            extra = (f"; +{r['excess_bytes']} B over the minimum" if r["excess_bytes"] else "") + \
+                (f" ({r['control_token_bytes']} B of them control tokens, Dask's sizeof(None))"
+                 if r["control_token_bytes"] else "")
+            print(f"{granularity:>9} {name:>10}: moved {r['bytes_moved']:>9} B in {r['runs'][0]['transfers_seen']} "
+                  f"transfer(s), {r['runs'][0]['tasks']} tasks | plan minimum {r['minimum_bytes']:>9} B over "
+                  f"{len(r['pairs'])} (value, device) pair(s) | ratio {r['ratio']:.4f}{extra}"
+                  f"{'' if r['stable'] else ' (varied between runs)'}", flush=True)
+        moved = sum(r["bytes_moved"] for r in results.values())
+        minimum = sum(r["minimum_bytes"] for r in results.values())
+        worst = max(r["ratio"] for r in results.values())
+        values = sum(r["value_bytes_moved"] for r in results.values())
+        summary = {"bytes_moved": moved, "minimum_bytes": minimum, "ratio": moved / minimum, "worst_ratio": worst,
+                   "value_bytes_moved": values, "value_ratio": values / minimum}
+        print(f"{granularity:>9}      total: moved {moved / MIB:.3f} MiB, minimum {minimum / MIB:.3f} MiB: ratio "
+              f"{moved / minimum:.4f}, worst spec {worst:.4f}; arrays alone {values / minimum:.4f} (goal 1.00)")
+        out[granularity] = {"specs": results, "summary": summary}
+        save_result("transfers.json", {**out, "summary": out.get("partition", out[granularity])["summary"]})
     return 0
 
 

@@ -314,15 +314,12 @@ class Spec:
         return self.document.file
 
     def op(self, name: str) -> Op:
-        return self._ops[name]
+        return self.op_index[name]
 
-    @property
-    def _ops(self) -> dict[str, Op]:
-        cache = self.__dict__.get("_op_index")
-        if cache is None:
-            cache = {o.name: o for o in self.ops}
-            object.__setattr__(self, "_op_index", cache)
-        return cache
+    @functools.cached_property
+    def op_index(self) -> dict[str, Op]:
+        """Every op by name (built once: planners look ops up 100k times)."""
+        return {o.name: o for o in self.ops}
 
     def value(self, ref: OpRef) -> ValueInfo:
         infos = self.values.get(ref.op, ())
@@ -408,12 +405,11 @@ class Plan:
     diagnostics: tuple[Diagnostic, ...] = ()
 
     def placement(self, op: str) -> Placement:
-        cache = self.__dict__.get("_placement_index")
-        if cache is None:
-            cache = {p.op: p for p in self.placements}
-            object.__setattr__(self, "_placement_index", cache)
-        placement: Placement = cache[op]
-        return placement
+        return self.placement_index[op]
+
+    @functools.cached_property
+    def placement_index(self) -> dict[str, Placement]:
+        return {p.op: p for p in self.placements}
 
 
 # --------------------------------------------------------------------------- compiled graphs

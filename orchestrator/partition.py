@@ -37,9 +37,9 @@ inputs and, per op of it, the inputs it depends on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import AbstractSet, Collection, Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
-from .devices import ANY, DeviceSpec
+from .devices import DeviceSpec
 from .model import Plan
 
 
@@ -56,6 +56,9 @@ class Partition:
     def label(self) -> str:
         """``first op`` or ``first op+N``: how keys and pictures name it."""
         return self.ops[0] if len(self.ops) == 1 else f"{self.ops[0]}+{len(self.ops) - 1}"
+
+
+_NONE: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -76,39 +79,56 @@ def partition(plan: Plan, names: Sequence[str] | None = None, external: Collecti
     """
     spec = plan.spec
     chosen = [p.op for p in plan.placements] if names is None else list(names)
-    members = set(chosen) - set(external)
-    device_of = {p.op: p.device for p in plan.placements}
+    members = set(chosen).difference(external)
+    placements = plan.placement_index
+    where = {name: p.device_name for name, p in placements.items()}  # canonical names: fast to compare
     if threads is None:
         threads = {d.name: d.threads for d in spec.cluster.devices}
-    exports = _exported(plan, device_of)
+    needs_of: dict[str, tuple[str, ...]] = {}
+    exports: set[str] = set()  # ops whose value (or completion) is wanted on another device, or on GPU:*
+    readers: dict[str, int] = {}
+    for op in spec.ops:
+        needs = tuple(dict.fromkeys([ref.op for ref in op.inputs] + list(op.after)))
+        here = where[op.name]
+        anywhere = here.endswith(":*")
+        for dep in needs:
+            if where.get(dep, here) != here or anywhere:
+                exports.add(dep)
+        if op.name in members:
+            needs_of[op.name] = needs
+            for dep in needs:
+                readers[dep] = readers.get(dep, 0) + 1
     parts: list[tuple[DeviceSpec, list[str], int]] = []
-    open_on: dict[DeviceSpec, tuple[int, _Open]] = {}
-    readers = _local_readers(plan, members)
+    open_on: dict[str, _Open] = {}
+    default_retries = spec.run.retries
     for name in chosen:
         if name not in members:
             continue
-        op = spec.op(name)
-        device = device_of[name]
-        retries = op.retries or spec.run.retries
-        needs = [ref.op for ref in op.inputs] + list(op.after)
-        current = open_on.get(device)
+        device = where[name]
+        retries = spec.op(name).retries or default_retries
+        needs = needs_of[name]
+        part = open_on.get(device)
         joined = False
-        if current is not None and device.device_index != ANY:
-            index, part = current
-            local = [n for n in needs if n in part.depends]
-            outside = frozenset(n for n in needs if n not in part.depends)
-            depends = outside.union(*(part.depends[n] for n in local)) if local else outside
-            if part.retries == retries and outside <= part.imports and part.imports <= depends and \
-                    (threads.get(device.to_string(), 1) <= 1 or _extends_chain(part, local, readers)):
+        if part is not None:
+            depends_of = part.depends
+            local = [n for n in needs if n in depends_of]
+            outside = _NONE if len(local) == len(needs) else frozenset(n for n in needs if n not in depends_of)
+            if len(local) == 1 and not outside:  # a chain: the common case, no new set
+                depends = depends_of[local[0]]
+            else:
+                depends = outside.union(*(depends_of[n] for n in local)) if local else outside
+            if part.retries == retries and outside <= part.imports and \
+                    (depends is part.imports or part.imports <= depends) and \
+                    (threads.get(device, 1) <= 1 or _extends_chain(part, local, readers)):
                 part.ops.append(name)
-                part.depends[name] = part.imports if depends == part.imports else depends
+                depends_of[name] = part.imports if depends == part.imports else depends
                 joined = True
         if not joined:
             imports = frozenset(needs)
             part = _Open([name], imports, retries, {name: imports})
-            parts.append((device, part.ops, retries))
-            open_on[device] = (len(parts) - 1, part)
-        if device.device_index == ANY or name in exports:
+            parts.append((placements[name].device, part.ops, retries))
+            open_on[device] = part
+        if device.endswith(":*") or name in exports:
             open_on.pop(device, None)
     return tuple(Partition(i, device, tuple(ops), retries) for i, (device, ops, retries) in enumerate(parts))
 
@@ -117,27 +137,6 @@ def _extends_chain(part: _Open, local: list[str], readers: Mapping[str, int]) ->
     """On a multi-threaded device: join only the partition's last op, and only if nothing else reads it."""
     last = part.ops[-1]
     return local == [last] and readers.get(last, 0) == 1
-
-
-def _local_readers(plan: Plan, members: AbstractSet[str]) -> dict[str, int]:
-    count: dict[str, int] = {}
-    for name in members:
-        op = plan.spec.op(name)
-        for dep in {ref.op for ref in op.inputs} | set(op.after):
-            count[dep] = count.get(dep, 0) + 1
-    return count
-
-
-def _exported(plan: Plan, device_of: Mapping[str, DeviceSpec]) -> set[str]:
-    """Ops whose value (or completion) is wanted on another device, or on ``GPU:*``."""
-    out: set[str] = set()
-    for p in plan.placements:
-        op = plan.spec.op(p.op)
-        for dep in {ref.op for ref in op.inputs} | set(op.after):
-            source = device_of.get(dep)
-            if source is not None and (source != p.device or p.device.device_index == ANY):
-                out.add(dep)
-    return out
 
 
 def published(plan: Plan, parts: Sequence[Partition], wanted: Collection[str] = ()) -> dict[int, tuple[str, ...]]:

@@ -158,3 +158,36 @@ def test_a_loop_with_moves_runs_under_kind_names(tmp_path: Path) -> None:
     assert result.values["loop.x"].tolist() == [7.0] * 4
     # x0 crosses to the GPU once (step 0), inc once for all 7 steps: kind names keep moves shared
     assert result.report["totals"]["moves"] == 2
+
+
+def test_partition_and_window_keys_name_their_ops_readably() -> None:
+    namer = KeyNamer("op")
+    assert key_split(namer.partition("towers/0/x+2", "random.uniform", {}, "-3f9a0c1d2e4b")) == "towers/0/x+2"
+    assert key_split(namer.window("train", "worker/0/GPU:1", "-3f9a0c1d2e4b-L0w100")) == "train@worker/0/GPU:1"
+    by_kind = KeyNamer("kind")
+    assert key_split(by_kind.partition("fit+2", "call", {"fn": "mod:grad"}, "-3f9a0c1d2e4b")) == "grad"
+    assert key_split(by_kind.window("train", "worker/0/GPU:1", "-3f9a0c1d2e4b-L0w100")) == "window"
+
+
+@pytest.mark.cluster
+def test_the_dashboard_groups_partitions_and_windows_by_their_ops(tmp_path: Path) -> None:
+    from distributed import Client
+
+    from orchestrator.execute.cluster import EmbeddedCluster
+
+    root = Path(__file__).resolve().parent.parent
+    plan = plan_file(root / "specs" / "valid" / "pipeline.yaml")
+    cluster = EmbeddedCluster(plan.spec.cluster, None).start()
+    try:
+        run_plan(plan, RunSettings(scheduler=cluster.scheduler_address, write_outputs=False, progress=False),
+                 lambda _: None)
+        (tmp_path / "loop.yaml").write_text(LOOP)  # the same cluster: one GPU
+        loop = plan_file(tmp_path / "loop.yaml")
+        run_plan(loop, RunSettings(scheduler=cluster.scheduler_address, write_outputs=False, progress=False),
+                 lambda _: None)
+        with Client(cluster.scheduler_address, set_as_default=False) as client:
+            prefixes = set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes)))
+        assert {"x+2", "w", "y+2", "mean"} <= prefixes
+        assert "loop@localhost/0/GPU:0" in prefixes
+    finally:
+        cluster.close()

@@ -50,6 +50,11 @@ class OpTask:
     outputs: int = 1
     input_index: tuple[int | None, ...] = ()  # per input: which output of a tuple it reads, in place
 
+    @staticmethod
+    def from_values(*values: Any) -> OpTask:
+        """An OpTask from its fields in order, without the frozen dataclass's checks (compile makes 100k)."""
+        return _restore_op_task(values)
+
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # The client, the scheduler and the worker each pickle or unpickle this once per task: positional
         # values without field names, the usually-default tail dropped, and no __init__ on the way back
