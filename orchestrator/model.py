@@ -531,6 +531,22 @@ class DeviceRecord:
 
 
 @dataclass(frozen=True)
+class TransferRecord:
+    """One value Dask moved between workers during a run (from the receiving worker's transfer log)."""
+
+    value: str  # the op whose value (or control token) it was
+    source: str  # the device that sent it
+    target: str  # the device that received it
+    nbytes: int
+    start: float
+    stop: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "from": self.source, "to": self.target, "bytes": self.nbytes,
+                "start": self.start, "stop": self.stop}
+
+
+@dataclass(frozen=True)
 class RunTotals:
     ops: int
     tasks: int  # Dask tasks submitted
@@ -565,6 +581,7 @@ class RunReport:
     phases_seconds: Mapping[str, float] = field(default_factory=dict)
     granularity: str = "partition"
     loops: Mapping[str, str] = field(default_factory=dict)  # loop -> how its windows ran, and why
+    transfers: tuple[TransferRecord, ...] = ()
 
     @property
     def placement(self) -> dict[str, dict[str, int]]:
@@ -583,7 +600,8 @@ class RunReport:
                 "devices": [d.as_dict() for d in self.devices], "placement": self.placement,
                 "totals": self.totals.as_dict(), "restarted_devices": list(self.restarted_devices),
                 "unverified": list(self.unverified), "phases_seconds": dict(self.phases_seconds),
-                "granularity": self.granularity, "loops": dict(self.loops)}
+                "granularity": self.granularity, "loops": dict(self.loops),
+                "transfers": [t.as_dict() for t in self.transfers]}
 
 
 @dataclass(frozen=True)

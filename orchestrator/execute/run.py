@@ -33,7 +33,7 @@ from ..compile import CompileOptions, compile_plan
 from ..devices import DeviceSpec
 from ..errors import NoWorkerError, OrchestratorError, RunError
 from ..keys import choose_task_names
-from ..model import CompiledGraph, Plan, RunReport, RunResult, RunSettings, RunTotals
+from ..model import CompiledGraph, Plan, RunReport, RunResult, RunSettings, RunTotals, TransferRecord
 from ..perf import paused_gc
 from ..tasks import LOG_TOPIC, drain_records
 from .cluster import dask_settings, device_configs, scheduler_config
@@ -248,17 +248,22 @@ class Runner:
         stats = {addr: {"ran_on": worker["ran_on"], **worker["memory"]} for addr, worker in drained.items()}
         restarted = {worker["ran_on"] for worker in drained.values() if worker["created"] > started}
         received = [item for worker in drained.values() for item in worker["received"]]
+        names = {address: worker["ran_on"] for address, worker in drained.items()}
+        transfers = tuple(TransferRecord(self.key_owner.get(key, str(key)), names.get(source, source), worker["ran_on"],
+                                         nbytes, start, stop)
+                          for worker in drained.values() for key, nbytes, start, stop, source in worker["received"])
         records, exchanged = op_records(self.plan, events)
         checked, unverified = verify(records, self.not_run, restarted)
         if unverified:
             self.echo(f"note: {len(unverified)} op(s) ran on a worker that was restarted later; "
                       f"their placement could not be verified: {', '.join(unverified[:5])}")
-        totals = RunTotals(len(checked), self.task_count, self.move_count, sum(n for _, n in received) + exchanged,
+        totals = RunTotals(len(checked), self.task_count, self.move_count, sum(item[1] for item in received) + exchanged,
                            len(received), exchanged)
         return RunReport(self.spec.name, self.spec.file, self.token, self.backend,
                          (self.task_names, self.task_names_why), elapsed, checked,
                          device_records(self.plan, stats), totals, tuple(sorted(restarted)), unverified,
-                         granularity=self.settings.granularity, loops=dict(self.loop_modes))
+                         granularity=self.settings.granularity, loops=dict(self.loop_modes),
+                         transfers=tuple(sorted(transfers, key=lambda t: t.start)))
 
 
 def _wait_forever() -> None:

@@ -288,8 +288,9 @@ def drain_records(dask_worker: Any, run: str) -> dict[str, Any]:
         mine = [r for key, r in runtime.records.items() if key[0] == run]
         for key in [k for k in runtime.records if k[0] == run]:
             del runtime.records[key]
-    # what Dask itself says it moved into this worker for this run (its transfer log)
-    received = [(key, int(nbytes)) for entry in getattr(worker, "transfer_incoming_log", ())
+    # what Dask itself says it moved into this worker for this run (its transfer log): key, bytes, when, from whom
+    received = [(key, int(nbytes), float(entry.get("start", 0.0)), float(entry.get("stop", 0.0)), str(entry.get("who")))
+                for entry in getattr(worker, "transfer_incoming_log", ())
                 for key, nbytes in entry.get("keys", {}).items() if run in str(key)]
     return {"ran_on": str(worker.name), "records": mine, "memory": runtime.backend.stats(),
             "created": runtime.created, "received": received}
