@@ -86,3 +86,67 @@ def test_a_new_op_is_one_catalog_entry(tmp_path: Path, monkeypatch: pytest.Monke
     assert checked.plan.placement("b").device_name.endswith("GPU:0")  # a GPU kernel: TF's default
     assert checked.spec is not None and checked.spec.values["b"][0].nbytes == 8000
     np.testing.assert_array_equal(negate.kernel(Context(), {}, np.ones(2)), -np.ones(2))
+
+
+CALL_MODULE = '''
+import numpy as np
+
+def text(x, xp):
+    return "not numbers"
+
+def objects(x, xp):
+    return np.array([object(), 1], dtype=object)
+
+def wrong_shape(x, xp):
+    return xp.zeros((3, 2), dtype="float32")
+
+def two(x, xp):
+    return x, x * 2
+
+def one(x, xp):
+    return x
+'''
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("fn, extra, message", [
+    ("text", "", "fn 'calls:text' returned str, not an array of numbers"),
+    ("objects", "", "fn 'calls:objects' returned an array of object (ndarray), not of numbers"),
+    ("wrong_shape", ", output: {shape: [3], dtype: float64}",
+     "fn 'calls:wrong_shape' returned shape [3, 2] float32, but the op declares output [3] float64; the memory plan "
+     "relied on the declaration"),
+    ("one", ", outputs: 2, output: {shape: [3]}", "fn 'calls:one' must return 2 arrays (outputs: 2), got ndarray"),
+])
+def test_call_results_are_checked(tmp_path: Path, fn: str, extra: str, message: str) -> None:
+    """A user function's value is an array of numbers, of the declared shape: else the op fails, named."""
+    from orchestrator import run_file
+    from orchestrator.errors import OpFailedError
+
+    (tmp_path / "calls.py").write_text(CALL_MODULE)
+    spec = tmp_path / "call.yaml"
+    spec.write_text(textwrap.dedent(f"""\
+        version: 1
+        graph:
+          - {{name: x, op: ones, shape: [3]}}
+          - {{name: f, op: call, fn: "calls:{fn}", inputs: [x]{extra}}}
+        """))
+    with pytest.raises(OpFailedError) as info:
+        run_file(spec, echo=lambda _: None)
+    assert str(info.value) == f"op 'f' failed on /job:localhost/replica:0/task:0/device:CPU:0: {message}"
+
+
+@pytest.mark.cluster
+def test_call_results_of_the_declared_shape_pass(tmp_path: Path) -> None:
+    from orchestrator import run_file
+
+    (tmp_path / "calls.py").write_text(CALL_MODULE)
+    spec = tmp_path / "call.yaml"
+    spec.write_text(textwrap.dedent("""\
+        version: 1
+        graph:
+          - {name: x, op: ones, shape: [3]}
+          - {name: f, op: call, fn: "calls:two", inputs: [x], outputs: 2, output: {shape: [3]}}
+        outputs: {"f:1": "-"}
+        """))
+    result = run_file(spec, echo=lambda _: None)
+    np.testing.assert_array_equal(result.values["f:1"], np.full(3, 2.0))

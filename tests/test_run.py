@@ -272,7 +272,7 @@ def test_cli_run_writes_outputs_report_and_performance_report(tmp_path: Path) ->
                     "--performance-report", str(tmp_path / "perf.html"), "--no-progress"], out=out)
     text = out.getvalue()
     assert code == 0, text
-    assert "Executing op MatMul in device /job:localhost/replica:0/task:0/device:GPU:1" in text
+    assert "Executing op MatMul (towers/1/c) in device /job:localhost/replica:0/task:0/device:GPU:1" in text
     assert "dashboard: http://127.0.0.1:" in text
     assert "(task stream grouped by op name: 6 ops, at most 64)" in text
     assert "placement summary:" in text and "placement verified against the plan" in text

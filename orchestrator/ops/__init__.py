@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..model import ValueInfo
-from .base import COMMON_KEYS, CPU_GPU, CPU_ONLY, KernelContext, OpDef, Params
+from .base import COMMON_KEYS, CPU_GPU, CPU_ONLY, KernelContext, KernelError, OpDef, Params
 from .catalog import CATALOG
 from .inference import ShapeError, literal_problem, split_sizes
 
@@ -54,5 +54,5 @@ def tf_name(kind: str) -> str:
     return definition.tf_name if definition else kind
 
 
-__all__ = ["CATALOG", "COMMON_KEYS", "CPU_GPU", "CPU_ONLY", "KernelContext", "OpDef", "ShapeError", "infer", "kernels_of",
+__all__ = ["CATALOG", "COMMON_KEYS", "CPU_GPU", "CPU_ONLY", "KernelContext", "KernelError", "OpDef", "ShapeError", "infer", "kernels_of",
            "literal_problem", "lookup", "split_sizes", "tf_name", "user_op_names"]

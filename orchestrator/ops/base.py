@@ -8,6 +8,14 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from ..model import ValueInfo
 
 Params = Mapping[str, Any]
+
+
+class KernelError(Exception):
+    """A kernel found its inputs or its result unusable; the message says why, for the user.
+
+    The runtime reports it as the op's failure on its device, without the
+    exception's type: the message is the whole story.
+    """
 Infer = Callable[[Params, Sequence[ValueInfo]], tuple[ValueInfo, ...]]
 
 CPU_GPU = frozenset({"CPU", "GPU"})

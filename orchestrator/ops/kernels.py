@@ -17,7 +17,7 @@ import numpy as np
 from .. import formats
 from ..atomic import atomic_open
 from ..errors import RunError
-from .base import KernelContext
+from .base import KernelContext, KernelError
 
 Params = Mapping[str, Any]
 
@@ -152,6 +152,40 @@ def call(ctx: KernelContext, p: Params, *inputs: Any) -> Any:
         result = fn(*device_inputs, xp=xp, **kwargs)
     if ctx.outputs > 1:
         if not isinstance(result, (tuple, list)) or len(result) != ctx.outputs:
-            raise RunError(f"fn '{p['fn']}' must return {ctx.outputs} arrays, got {type(result).__name__}")
-        return tuple(xp.asarray(r) for r in result)
-    return xp.asarray(result)
+            got = f"{len(result)} values" if isinstance(result, (tuple, list)) else type(result).__name__
+            raise KernelError(f"fn '{p['fn']}' must return {ctx.outputs} arrays (outputs: {ctx.outputs}), got {got}")
+        arrays = tuple(_numeric(xp, r, p, i) for i, r in enumerate(result))
+    else:
+        arrays = (_numeric(xp, result, p, None),)
+    declared = p.get("output")
+    if declared:
+        each = declared if isinstance(declared, list) else [declared] * len(arrays)
+        for i, (array, spec) in enumerate(zip(arrays, each)):
+            _check_declared(p, array, spec, i if len(arrays) > 1 else None)
+    return arrays if ctx.outputs > 1 else arrays[0]
+
+
+def _numeric(xp: Any, value: Any, p: Params, index: int | None) -> Any:
+    """The user function's value as an array of numbers (bool, int, float, complex), else an error."""
+    which = f"fn '{p['fn']}'" + ("" if index is None else f" (value {index})")
+    if value is None or isinstance(value, (str, bytes, dict)):
+        raise KernelError(f"{which} returned {type(value).__name__}, not an array of numbers")
+    try:
+        array = xp.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise KernelError(f"{which} returned {type(value).__name__}, which is not an array: {exc}") from None
+    if array.dtype.kind not in "biufc":
+        raise KernelError(f"{which} returned an array of {array.dtype} ({type(value).__name__}), not of numbers")
+    return array
+
+
+def _check_declared(p: Params, array: Any, spec: Mapping[str, Any], index: int | None) -> None:
+    """The spec declared this output's shape (and maybe dtype): the memory plan relied on it."""
+    shape = tuple(int(d) for d in spec.get("shape", ()))
+    wanted_dtype = spec.get("dtype")  # without one, only the shape is promised
+    if tuple(array.shape) == shape and (wanted_dtype is None or str(array.dtype) == str(wanted_dtype)):
+        return
+    which = f"fn '{p['fn']}'" + ("" if index is None else f" (value {index})")
+    declared = f"{list(shape)}" + (f" {wanted_dtype}" if wanted_dtype else "")
+    raise KernelError(f"{which} returned shape {list(array.shape)} {array.dtype}, but the op declares output "
+                      f"{declared}; the memory plan relied on the declaration")

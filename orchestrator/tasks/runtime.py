@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 
 from ..backends import Backend, DeviceConfig, make_backend
 from ..errors import OpFailedError, OpTimeoutError, OrchestratorError
-from ..ops import lookup
+from ..ops import KernelError, lookup
 from .exchange import Mailbox
 
 LOG_TOPIC = "orchestrator-log"
@@ -218,12 +218,14 @@ def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], s
                        error=f"{type(exc).__name__}: {exc}")
         if isinstance(exc, OrchestratorError):
             raise
+        if isinstance(exc, KernelError):  # the kernel's own account: the op, its device, the message
+            raise OpFailedError(task.name, runtime.config.name, str(exc)) from None
         raise OpFailedError(task.name, runtime.config.name, f"{type(exc).__name__}: {exc}",
                             _user_origin(exc.__traceback__)) from None
     stop = time.time()
     runtime.record(task.run, task.name, "op", runtime.config.name, start, stop - start, _nbytes(value))
     if task.log:
-        worker.log_event(LOG_TOPIC, f"Executing op {_tf_name(task.kind)} in device {worker.name}")
+        worker.log_event(LOG_TOPIC, f"Executing op {_tf_name(task.kind)} ({task.name}) in device {worker.name}")
     return value
 
 
