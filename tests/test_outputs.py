@@ -18,6 +18,7 @@ import time
 from glob import glob
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from orchestrator import run_file
@@ -70,6 +71,7 @@ def write(path: Path, text: str) -> Path:
 
 
 import stat
+
 from orchestrator.atomic import write_text
 
 # ------------------------------------------------------------------- output paths
@@ -181,19 +183,25 @@ def test_a_run_failing_midway_leaves_earlier_outputs_unchanged(tmp_path: Path) -
 
 @pytest.mark.cluster
 def test_a_run_failing_while_writing_outputs_leaves_earlier_outputs_unchanged(tmp_path: Path) -> None:
-    spec = write(tmp_path / "spec.yaml", """\
+    """A file appears where an output's folder should be while the run computes (validation saw none)."""
+    (tmp_path / "blocker.py").write_text(
+        "import os\n"
+        "def block(x, xp, where=''):\n"
+        "    with open(where, 'wb') as f:\n"
+        "        f.write(b\"a file where b's directory should be\")\n"
+        "    return x\n", encoding="utf-8")
+    out = tmp_path / "out"
+    spec = write(tmp_path / "spec.yaml", f"""\
         version: 1
         graph:
-          - {name: a, op: ones, shape: [3]}
-          - {name: b, op: zeros, shape: [3]}
+          - {{name: a, op: ones, shape: [3]}}
+          - {{name: b, op: call, fn: "blocker:block", inputs: [a], params: {{where: "{out / 'blocked'}"}}}}
         outputs:
           a: out/a.npy
           b: out/blocked/b.npy
         """)
-    out = tmp_path / "out"
     out.mkdir()
     (out / "a.npy").write_bytes(b"old a")
-    (out / "blocked").write_bytes(b"a file where b's directory should be")
     with pytest.raises((RunError, OSError)):
         run_file(spec, echo=lambda s: None)
     assert (out / "a.npy").read_bytes() == b"old a"  # a was ready to be written, but not alone
@@ -243,3 +251,55 @@ def test_output_symlink_out_of_the_output_directory_is_refused(tmp_path: Path) -
         resolve_output("link/x.npy", str(out), allow_outside=False)
     assert resolve_output("link/x.npy", str(out), allow_outside=True).endswith("link/x.npy")
     assert resolve_output("sub/x.npy", str(out), allow_outside=False) == str(out / "sub" / "x.npy")
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("granularity", ["partition", "op"])
+def test_a_failed_run_leaves_existing_checkpoints_untouched(tmp_path: Path, granularity: str) -> None:
+    """A save op ran before the failure: its new checkpoint is dropped, the old one stays (issue 13.5)."""
+    (tmp_path / "hardening_usermod.py").write_text(USER_MODULE, encoding="utf-8")
+    spec = write(tmp_path / "ckpt.yaml", """\
+        version: 1
+        graph:
+          - {name: a, op: ones, shape: [3]}
+          - {name: keep, op: save, inputs: [a], path: out/ckpt.npy}
+          - {name: c, op: call, fn: "hardening_usermod:boom", inputs: [a], after: [keep]}
+        """)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "ckpt.npy").write_bytes(b"yesterday's checkpoint")
+    with pytest.raises(OpFailedError):
+        run_file(spec, echo=lambda s: None, granularity=granularity)
+    assert (out / "ckpt.npy").read_bytes() == b"yesterday's checkpoint"
+    assert [p.name for p in out.iterdir()] == ["ckpt.npy"]  # no staging file, no temp file left
+
+
+@pytest.mark.cluster
+def test_a_successful_run_puts_its_checkpoints_in_place(tmp_path: Path) -> None:
+    spec = write(tmp_path / "ckpt.yaml", """\
+        version: 1
+        graph:
+          - {name: a, op: ones, shape: [3]}
+          - {name: keep, op: save, inputs: [a], path: out/ckpt.npy}
+        """)
+    lines: list[str] = []
+    run_file(spec, echo=lines.append)
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "ckpt.npy"), np.ones(3))
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["ckpt.npy"]
+    assert any(line.startswith("saved ") and line.endswith("ckpt.npy") for line in lines)
+
+
+def test_an_output_directory_that_would_overwrite_an_input_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """Validation checks the spec's own output directory; --output-dir is checked again by the run."""
+    (tmp_path / "data").mkdir()
+    np.save(tmp_path / "data" / "x.npy", np.arange(3.0))
+    spec = write(tmp_path / "spec.yaml", """\
+        version: 1
+        graph:
+          - {name: x, op: load, path: data/x.npy, shape: [3]}
+        outputs:
+          x: x.npy
+        """)
+    with pytest.raises(RunError, match=r"output 'x' would write .*data/x.npy, which is the file op 'x' loads"):
+        run_file(spec, echo=lambda s: None, output_dir=str(tmp_path / "data"))
+    np.testing.assert_array_equal(np.load(tmp_path / "data" / "x.npy"), np.arange(3.0))

@@ -54,7 +54,9 @@ def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool
         # waits for them without fetching their values.
         sinks = [values[n].key for n in names if n not in consumed]
     else:
-        waited_for = {a for op in spec.ops for a in op.after}
+        home = {name: part.index for part in parts for name in part.ops}
+        # ops another task waits for through a control edge: their partition is no sink (that task needs it)
+        waited_for = {a for op in spec.ops for a in op.after if home.get(a) != home.get(op.name)}
         returns = published(plan, parts, [t for t in wanted if OpRef.parse(t).op in set(names)])
         for part in parts:
             values.update(builder.add_partition(part, resolve, done.__getitem__, returns[part.index]))

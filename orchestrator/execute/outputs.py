@@ -17,6 +17,7 @@ from .. import formats
 from ..atomic import atomic_open
 from ..errors import RunError
 from ..model import Spec
+from ..ops import lookup
 
 
 def resolve_output(target: str, base: str, allow_outside: bool) -> str:
@@ -29,6 +30,30 @@ def resolve_output(target: str, base: str, allow_outside: bool) -> str:
         raise RunError(f"output path '{target}' escapes the output directory {base} "
                        "(set run.allow_absolute_paths: true to allow it)")
     return path
+
+
+def refuse_overwrites(spec: Spec, output_dir: str, base_dir: str) -> None:
+    """Before anything starts: no output or checkpoint may land on the spec or on a file it loads.
+
+    Validation checks this against the spec's own output directory; ``--output-dir``
+    (or the API's ``output_dir``) can point elsewhere, so the run checks again.
+    """
+    inputs = {os.path.realpath(os.path.join(base_dir, os.path.basename(spec.file))): "the spec itself"}
+    written: list[tuple[str, str]] = [(out.target, f"output '{out.ref}'") for out in spec.outputs if out.target != "-"]
+    for op in spec.ops:
+        definition = lookup(op.kind)
+        for param in definition.reads if definition else ():
+            if param in op.params:
+                inputs.setdefault(os.path.realpath(os.path.join(base_dir, str(op.params[param]))),
+                                  f"the file op '{op.name}' loads")
+        for param in definition.writes if definition else ():
+            if param in op.params:
+                written.append((str(op.params[param]), f"op '{op.name}'"))
+    for target, who in written:
+        overwritten = inputs.get(os.path.realpath(os.path.join(output_dir, target)))
+        if overwritten is not None:
+            raise RunError(f"{who} would write {os.path.join(output_dir, target)}, which is {overwritten} "
+                           "(choose another output directory or file)")
 
 
 def write_outputs(spec: Spec, values: Mapping[str, Any], output_dir: str,

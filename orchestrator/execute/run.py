@@ -35,11 +35,11 @@ from ..errors import NoWorkerError, OrchestratorError, RunError
 from ..keys import choose_task_names
 from ..model import CompiledGraph, Plan, RunReport, RunResult, RunSettings, RunTotals, TransferRecord
 from ..perf import paused_gc
-from ..tasks import LOG_TOPIC, drain_records
+from ..tasks import LOG_TOPIC, commit_saves, discard_saves, drain_records
 from .cluster import dask_settings, device_configs, scheduler_config
 from .connect import choose_backend, connect, cuda_counter, wait_for_devices
 from .loops import StagedRun
-from .outputs import write_outputs
+from .outputs import refuse_overwrites, write_outputs
 from .plugin import DeviceRuntimePlugin
 from .records import device_records, op_records, verify
 
@@ -64,6 +64,7 @@ class Runner:
         self.client: Any = None
         self.partition_ops: dict[str, tuple[str, ...]] = {}  # partition and window keys -> their ops
         self.loop_modes: dict[str, str] = {}
+        self.saves_settled = False  # checkpoints of this run committed (or there is nothing left to discard)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -80,6 +81,7 @@ class Runner:
     # ------------------------------------------------------------------ run
 
     def run(self) -> RunResult:
+        refuse_overwrites(self.spec, self.output_dir, self.base_dir)
         retries = max([op.retries for op in self.spec.ops] + [self.spec.run.retries])
         # Missing devices are caught before submission (wait_for_devices); this timeout is for a
         # worker lost mid-run. With retries, give its nanny time to bring it back under its name.
@@ -108,6 +110,9 @@ class Runner:
                     client.register_plugin(runtime, name=runtime.plugin_name())
                 return self._run_on(client, link)
             finally:
+                if not self.saves_settled:  # the run failed or was stopped: every existing file stays as it was
+                    with contextlib.suppress(Exception):
+                        client.run(discard_saves, run=self.token)
                 if self.settings.keep_alive and cluster is not None:
                     self.echo("cluster kept alive (--keep-alive); press Ctrl-C to stop it")
                     _wait_forever()
@@ -154,6 +159,10 @@ class Runner:
 
         report = replace(report, phases_seconds=dict(self.phases))
         written = write_outputs(self.spec, values, self.output_dir, self.echo) if self.settings.write_outputs else ()
+        # checkpoints saved by ops take their places only now that the whole run has succeeded
+        for path in sorted(p for paths in client.run(commit_saves, run=self.token).values() for p in paths):
+            self.echo(f"saved {os.path.relpath(path)}")
+        self.saves_settled = True
         if self.settings.report_path:
             write_text(self.settings.report_path, json.dumps(report.as_dict(), indent=2, default=str) + "\n")
         return RunResult(self.spec.name, values, report, self.plan, self.backend, link, written)

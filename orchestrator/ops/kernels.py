@@ -131,10 +131,15 @@ def load(ctx: KernelContext, p: Params) -> Any:
 
 
 def save(ctx: KernelContext, p: Params, x: Any) -> Any:
-    """Write a checkpoint atomically (``path`` was made absolute under the output directory)."""
+    """Write a checkpoint (``path`` was made absolute under the output directory).
+
+    It is written, atomically, to a staging file beside its target, and
+    renamed into place only when the whole run has succeeded: a failed run
+    leaves an existing checkpoint as it was.
+    """
     path = str(p["path"])
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with atomic_open(path, "wb") as handle:
+    with atomic_open(ctx.stage(path), "wb") as handle:
         formats.write_array(handle, path, np.asarray(ctx.to_host(x)), p.get("format"))
     return x
 

@@ -19,11 +19,12 @@ when it installs a device's :class:`Runtime` on a worker.
 from .exchange import Mailbox, Sent, Tag, bind_courier
 from .partitions import PartitionTask, run_partition
 from .resources import device_resource, resources_for, task_resource, worker_resources
-from .runtime import (LOG_TOPIC, RUNTIME_ATTRIBUTE, OpTask, Runtime, abort_run, bind, drain_records, move, run_op,
-                      to_host, token)
+from .runtime import (LOG_TOPIC, RUNTIME_ATTRIBUTE, OpTask, Runtime, abort_run, bind, commit_saves, discard_saves,
+                      drain_records, move, run_op, to_host, token)
 from .windows import ARG, LOCAL, RECEIVED, STATE, StateRule, WindowTask, run_window
 
 __all__ = ["ARG", "LOCAL", "LOG_TOPIC", "RECEIVED", "RUNTIME_ATTRIBUTE", "STATE", "Mailbox", "OpTask", "Sent", "Tag", "PartitionTask",
-           "Runtime", "StateRule", "WindowTask", "abort_run", "bind", "bind_courier", "device_resource",
+           "Runtime", "StateRule", "WindowTask", "abort_run", "bind", "bind_courier", "commit_saves", "device_resource",
+           "discard_saves",
            "drain_records", "move", "resources_for", "run_op", "run_partition", "run_window", "task_resource",
            "to_host", "token", "worker_resources"]

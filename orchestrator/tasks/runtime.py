@@ -90,6 +90,7 @@ class Runtime:
     records: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     created: float = field(default_factory=time.time)  # a restarted worker lost the records it held
     mailbox: Mailbox = field(default_factory=Mailbox)  # values other devices sent to this one (loop windows)
+    staged: dict[str, dict[str, str]] = field(default_factory=dict)  # run -> {staging file: target}: saves to commit
 
     @classmethod
     def for_device(cls, config: DeviceConfig) -> Runtime:
@@ -108,6 +109,13 @@ class Runtime:
                 entry["duration"] += duration
                 entry["bytes"] = nbytes
                 entry["error"] = error or entry["error"]
+
+    def stage(self, run: str, path: str) -> str:
+        """The staging file a save of ``path`` writes during ``run`` (renamed into place by :func:`commit_saves`)."""
+        staging = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{run}.staged")
+        with self.lock:
+            self.staged.setdefault(run, {})[staging] = path
+        return staging
 
     def user_function(self, fn_path: str, base_dir: str, op: str) -> Callable[..., Any]:
         """Import ``package.module:function`` from the spec's directory (or the Python path)."""
@@ -153,12 +161,13 @@ def _runtime(worker: Any = None) -> tuple[Any, Runtime]:
 class _Context:
     """The :class:`~orchestrator.ops.base.KernelContext` of one op running on this worker."""
 
-    __slots__ = ("runtime", "xp", "name", "device", "step", "base_dir", "input_keys", "outputs")
+    __slots__ = ("runtime", "xp", "name", "device", "step", "base_dir", "input_keys", "outputs", "run")
 
     def __init__(self, runtime: Runtime, task: OpTask, step: int):
         self.runtime, self.xp = runtime, runtime.backend.xp
         self.name, self.device, self.step = task.name, runtime.config.name, step
         self.base_dir, self.input_keys, self.outputs = task.base_dir, task.input_keys, task.outputs
+        self.run = task.run
 
     @property
     def stream(self) -> tuple[int, ...]:
@@ -172,6 +181,9 @@ class _Context:
 
     def user_function(self, fn: str) -> Callable[..., Any]:
         return self.runtime.user_function(fn, self.base_dir, self.name)
+
+    def stage(self, path: str) -> str:
+        return self.runtime.stage(self.run, path)
 
 
 def _nbytes(value: Any) -> int:
@@ -274,6 +286,29 @@ def token(*_: Any) -> None:
 def to_host(value: Any) -> Any:
     _, runtime = _runtime()
     return runtime.backend.to_host(value)
+
+
+def commit_saves(dask_worker: Any, run: str) -> list[str]:
+    """Run on every worker once a run has succeeded: its checkpoints take their places. The paths."""
+    _, runtime = _runtime(dask_worker)
+    with runtime.lock:
+        staged = runtime.staged.pop(run, {})
+    done = []
+    for staging, target in staged.items():
+        if os.path.exists(staging):
+            os.replace(staging, target)
+            done.append(target)
+    return done
+
+
+def discard_saves(dask_worker: Any, run: str) -> None:
+    """Run on every worker when a run failed: its checkpoints are dropped, existing files stay as they were."""
+    _, runtime = _runtime(dask_worker)
+    with runtime.lock:
+        staged = runtime.staged.pop(run, {})
+    for staging in staged:
+        if os.path.exists(staging):
+            os.unlink(staging)
 
 
 def abort_run(dask_worker: Any, run: str, why: str) -> None:

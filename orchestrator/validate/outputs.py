@@ -70,6 +70,7 @@ def check_outputs(c: Checker, data: Mapping[str, Any], by_name: Mapping[str, Op]
                   values: Mapping[str, tuple[ValueInfo, ...]]) -> tuple[Output, ...]:
     out = []
     names = list(by_name)
+    files = _Files(c, run)
     for key, target in (data.get("outputs") or {}).items():
         path = ("outputs", key)
         ref = OpRef.parse(str(key))
@@ -78,21 +79,72 @@ def check_outputs(c: Checker, data: Mapping[str, Any], by_name: Mapping[str, Op]
             fmt = _format_of(c, str(target), path, "output path", None, lambda f: True, stdout=True)
             if fmt is not None and check_target(c, str(target), path, run, "output path"):
                 _check_rank(c, fmt, _info(values, ref), path, f"output '{ref}' has")
+                files.written(str(target), path, "output path", f"output '{ref}'")
         out.append(Output(ref, str(target), path))
-    seen: set[YamlPath] = set()
+    copies: dict[YamlPath, list[Op]] = {}
     for op in by_name.values():
+        copies.setdefault(op.path, []).append(op)  # an op in a replicated body is one line of YAML
+    for ops in copies.values():
+        op = ops[0]
         definition = lookup(op.kind)
-        if definition is None or op.path in seen:
+        if definition is None:
             continue
-        seen.add(op.path)  # an op in a replicated body is one line of YAML
+        for param in definition.reads:
+            if param in op.params:
+                _format_of(c, str(op.params[param]), (*op.path, param), "load path", op.params.get("format"),
+                           lambda f: f.read is not None)
+                files.read(str(op.params[param]), label(op))
+    for ops in copies.values():
+        op = ops[0]
+        definition = lookup(op.kind)
+        if definition is None:
+            continue
         for param in definition.writes:
             if param in op.params:
                 target, where = str(op.params[param]), (*op.path, param)
                 fmt = _format_of(c, target, where, "save path", op.params.get("format"), lambda f: f.saveable)
                 if fmt is not None and check_target(c, target, where, run, "save path") and op.inputs:
                     _check_rank(c, fmt, _info(values, op.inputs[0]), where, f"op {label(op)} saves")
-        for param in definition.reads:
-            if param in op.params:
-                _format_of(c, str(op.params[param]), (*op.path, param), "load path", op.params.get("format"),
-                           lambda f: f.read is not None)
+                    if len(ops) > 1 and op.group is not None:
+                        c.error("output-path", where, f"save path '{target}' is written by each of the {len(ops)} "
+                                f"copies of '{op.group}'", "save the combined value outside the body instead")
+                    files.written(target, where, "save path", f"op {label(op)}")
     return tuple(out)
+
+
+class _Files:
+    """The files a run reads and writes, as paths on disk: no file is written twice, nor over an input."""
+
+    def __init__(self, c: Checker, run: RunOptions):
+        self.c = c
+        base = os.path.abspath(c.doc.directory)
+        self.out_dir = os.path.join(base, run.output_dir or ".")
+        self.base = base
+        spec = os.path.join(base, os.path.basename(c.doc.file))
+        self.inputs: dict[str, str] = {os.path.realpath(spec): "the spec itself"} if os.path.isfile(spec) else {}
+        self.outputs: dict[str, tuple[str, YamlPath]] = {}
+
+    def read(self, target: str, who: str) -> None:
+        self.inputs.setdefault(os.path.realpath(os.path.join(self.base, target)), f"the file {who} loads")
+
+    def written(self, target: str, path: YamlPath, what: str, who: str) -> None:
+        resolved = os.path.realpath(os.path.join(self.out_dir, target))
+        first = self.outputs.get(resolved)
+        if first is not None:
+            line = self.c.doc.locate(first[1])[0]
+            self.c.error("output-path", path, f"{what} '{target}' is also written by {first[0]} (line {line})",
+                         "give each output and checkpoint a file of its own")
+            return
+        self.outputs[resolved] = (who, path)
+        overwritten = self.inputs.get(resolved)
+        if overwritten is not None:
+            self.c.error("output-path", path, f"{what} '{target}' is {overwritten}: the run would overwrite it",
+                         "write the result to another file")
+            return
+        parent = os.path.dirname(resolved)
+        while parent and not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        if parent and not os.path.isdir(parent):
+            self.c.error("output-path", path, f"{what} '{target}' cannot be written: "
+                         f"{os.path.relpath(parent, self.out_dir)} is a file, not a directory",
+                         "choose a path whose folders are directories, or do not exist yet")
