@@ -7,11 +7,13 @@ No traceback reaches the user unless ``--debug`` is given.
 from __future__ import annotations
 
 import argparse
+import logging
 import shutil
+import signal
 import subprocess
 import sys
 from importlib.metadata import PackageNotFoundError, version
-from typing import Callable, NoReturn, Sequence, TextIO
+from typing import Any, Callable, NoReturn, Sequence, TextIO
 
 from . import api, report
 from .atomic import write_bytes, write_text
@@ -112,6 +114,16 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Print the JSON Schema (2020-12) of spec files, for editors and CI.")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_schema)
+
+    p = sub.add_parser("report", help="draw a run report (run --report) as an HTML page",
+                       description="Render a JSON run report as one self-contained HTML page (it opens offline): "
+                                   "a timeline per device with the values Dask moved between devices, and each "
+                                   "device's planned and observed peak memory against its limit. See "
+                                   "docs/run-report.md.")
+    p.add_argument("file", metavar="RUN.json", help="a report written by 'orchestrate run --report'")
+    p.add_argument("--html", metavar="FILE", help="the page to write (default: RUN.json with .html for .json)")
+    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(handler=cmd_report)
     return parser
 
 
@@ -233,6 +245,18 @@ def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
+    file: str = args.file
+    target: str = args.html or (file[:-len(".json")] if file.endswith(".json") else file) + ".html"
+    page = api.render_run_report(file)  # a file that is not a run report raises before anything is written
+    try:
+        write_text(target, page)
+    except OSError as exc:
+        raise OrchestratorError(f"cannot write {target}: {exc.strerror or exc}") from None
+    out.write(f"wrote {target}\n")
+    return EXIT_OK
+
+
 def run_cli(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
@@ -256,6 +280,9 @@ def run_cli(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
+    except Terminated:
+        sys.stderr.write("terminated\n")
+        return 143
     except Exception as exc:  # a bug of ours: say so briefly, never a traceback without --debug
         if debug:
             raise
@@ -263,5 +290,23 @@ def run_cli(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int
         return EXIT_INVALID
 
 
+class Terminated(BaseException):
+    """SIGTERM (what timeout, Slurm and Kubernetes send): unwinds like Ctrl-C, so every cleanup runs."""
+
+
+def _stop(signum: int, frame: Any) -> None:
+    """A stop signal: quiet the libraries' own complaints about interrupted work, then unwind."""
+    # Stopping a run leaves Dask's pending client calls to fail as the client closes; their
+    # tracebacks ("Task exception was never retrieved") would bury the one line that matters.
+    for name in ("asyncio", "distributed", "tornado"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    if signum == signal.SIGTERM:
+        raise Terminated()
+    raise KeyboardInterrupt()
+
+
 def main() -> None:
+    """The ``orchestrate`` command: a stop signal unwinds (temporary files go, clusters close) quietly."""
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
     sys.exit(run_cli())

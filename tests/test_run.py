@@ -115,7 +115,10 @@ def slow(x, xp, marker="", seconds=3.0):
         time.sleep(seconds)
     return x * 2
 
-def sleepy(x, xp, seconds=5.0):
+def sleepy(x, xp, seconds=5.0, marker=""):
+    if marker:
+        with open(marker, "w") as f:
+            f.write(repr(time.time()))
     time.sleep(seconds)
     return x
 
@@ -250,6 +253,24 @@ def test_timeout_and_user_error_name_the_op(tmp_path: Path) -> None:
     text = str(info.value)
     assert "op 'oops' failed on /job:localhost/replica:0/task:0/device:CPU:0: KeyError: 'missing'" in text
     assert "usermod.py:" in text and "return values[\"missing\"]" in text
+
+
+@pytest.mark.parametrize("granularity", ["partition", "op"])
+def test_a_timeout_fails_the_run_soon_after_its_limit(tmp_path: Path, granularity: str) -> None:
+    """The op sleeps 20 s with a 0.5 s timeout: the run fails soon after 0.5 s (it once waited for the sleep)."""
+    (tmp_path / "usermod.py").write_text(USER_MODULE)
+    marker = tmp_path / "started"
+    spec = _write(tmp_path / "slow.yaml", f"""
+        version: 1
+        graph:
+          - {{name: x, op: ones, shape: [2]}}
+          - {{name: nap, op: call, fn: "usermod:sleepy", inputs: [x], timeout: 0.5,
+              params: {{seconds: 20, marker: "{marker}"}}}}
+        """)
+    with pytest.raises(OpTimeoutError):
+        run_file(spec, echo=quiet, granularity=granularity)
+    late = time.time() - float(marker.read_text()) - 0.5
+    assert late < 1.5, f"failed {late:.2f} s after the limit"  # measured 0.2-0.4 s; slack for a loaded machine
 
 
 def test_missing_module_is_a_clear_error(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from ..errors import NoWorkerError, RunError
 from ..model import Plan, RunSettings
 from ..tasks import device_resource, task_resource
 from .cluster import EmbeddedCluster
-from .security import scheduler_address, security_for
+from .security import refused, scheduler_address, security_for
 
 
 def connect(plan: Plan, settings: RunSettings, base_dir: str) -> tuple[Any, Any]:
@@ -26,6 +26,9 @@ def connect(plan: Plan, settings: RunSettings, base_dir: str) -> tuple[Any, Any]
         cluster = EmbeddedCluster(spec.cluster, spec.cluster.dashboard, security=security).start()
         return cluster, Client(cluster, set_as_default=False, security=security)
     address = scheduler_address(str(address), security)
+    if refused(address):
+        raise RunError(f"cannot connect to the Dask scheduler at {address}: connection refused (is it running? "
+                       "start it with 'dask scheduler', or give the right address)")
     try:
         client = Client(address, set_as_default=False, timeout=s.wait_for_workers, security=security)
     except (OSError, TimeoutError) as exc:

@@ -84,6 +84,33 @@ def security_for(tls: Tls | None, spec_dir: str, ca_file: str | None = None, cer
     return make_security(tls_files(tls, spec_dir, ca_file, cert, key))
 
 
+def refused(address: str, seconds: float = 2.0) -> bool:
+    """True when nothing listens at the scheduler's address (its host answers, but refuses).
+
+    Dask's own connect retries a refused connection until its timeout (30 s by
+    default) and then says "Timed out"; a refusal is known at once and says more.
+    Anything else (a host that does not answer, a name that does not resolve) is
+    left to Dask, which knows how to wait for a scheduler that is starting.
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:  # not a port: validation says so; Dask will too
+        return False
+    if host is None or port is None:
+        return False
+    try:
+        with socket.create_connection((host, port), timeout=seconds):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+
+
 def scheduler_address(address: str, tls: object) -> str:
     """The address to dial: ``tls://`` added to a bare ``host:port`` under TLS; mismatches are errors.
 

@@ -37,6 +37,7 @@ from ..errors import UsageError
 from ..model import Cluster, Device
 from ..tasks import worker_resources
 from .cluster import worker_env, worker_options
+from .security import refused
 
 Echo = Callable[[str], None]
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -210,6 +211,9 @@ async def _check_scheduler(selected: TaskWorkers, scheduler: str, connection_arg
     names = {d.name for d in selected.devices}
     deadline = time.monotonic() + timeout
     said = False
+    if await asyncio.get_running_loop().run_in_executor(None, refused, scheduler):
+        return (f"cannot reach the Dask scheduler at {scheduler}: connection refused "
+                "(is 'dask scheduler' running there? is the port right?)")
     while True:
         try:
             workers = await _scheduler_workers(scheduler, connection_args, timeout)

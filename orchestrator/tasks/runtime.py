@@ -249,15 +249,22 @@ def _tf_name(kind: str) -> str:
 def _with_timeout(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step: int) -> Any:
     if task.timeout is None:
         return kernel(task, runtime, inputs, step)
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"op-{task.name}")
-    future = pool.submit(kernel, task, runtime, inputs, step)
+    # A thread cannot be killed: past its timeout the op's thread is abandoned (its late result is dropped)
+    # and the run fails now. A daemon thread: the worker process can exit (the run end) without waiting
+    # for it, which a thread pool's non-daemon thread would make it do until the op returned by itself.
+    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def target() -> None:
+        try:
+            done.set_result(kernel(task, runtime, inputs, step))
+        except BaseException as exc:
+            done.set_exception(exc)
+
+    threading.Thread(target=target, name=f"op-{task.name}", daemon=True).start()
     try:
-        return future.result(timeout=task.timeout)
+        return done.result(timeout=task.timeout)
     except concurrent.futures.TimeoutError:
-        # A thread cannot be killed; the late result is dropped and the run fails now.
         raise OpTimeoutError(task.name, runtime.config.name, task.timeout) from None
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def kernel(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step: int) -> Any:
