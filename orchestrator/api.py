@@ -128,3 +128,14 @@ def serve_worker(spec: Spec, selected: "TaskWorkers", scheduler: str, tls: Mappi
     files = tls_files(spec.cluster.tls, spec.document.directory, tls.get("ca_file"), tls.get("cert"), tls.get("key"))
     return serve_task(selected, scheduler_address(scheduler, files), host=host, security=make_security(files),
                       timeout=timeout, echo=echo, warn=warn, verbose=verbose)
+
+
+def render_run_report(path: str | os.PathLike[str]) -> str:
+    """The HTML page of a run report file (``run --report``): a timeline per device, memory per device, tables.
+
+    Every resource is inline, so the page opens offline. Raises
+    :class:`~orchestrator.errors.OrchestratorError` when the file cannot be read or is not a run report.
+    """
+    from .report_html import render_run_report_file  # bokeh is imported only to draw
+
+    return render_run_report_file(path)
