@@ -2,16 +2,23 @@
 
 Grammar: ``/job:NAME/replica:N/task:N/device:TYPE:N``. Every field is optional,
 the leading ``/`` too; ``/cpu:0`` and ``/gpu:1`` are short for
-``/device:CPU:0`` and ``/device:GPU:1``. The type is case-insensitive (stored
-upper case, ``CPU`` or ``GPU``); the index is an integer, ``*`` (:data:`ANY`)
-or absent (``/device:GPU``). ``""`` sets nothing.
+``/device:CPU:0`` and ``/device:GPU:1``. The type is case-insensitive, in
+strings and in the constructor alike (``DeviceSpec(device_type="gpu")``, as
+TF accepts it; stored upper case, ``CPU`` or ``GPU``); the index is an
+integer, ``*`` (:data:`ANY`) or absent (``/device:GPU``). ``""`` sets nothing.
 
-Merging follows nested ``tf.device`` scopes: ``outer.merge(inner)`` keeps
-``outer``'s fields except those ``inner`` sets. A type given without an index
-keeps the outer index only when the type is the same; a type change drops it,
-since GPU 1 says nothing about CPU 1. ``merge`` is associative except when
-that drop happens in the middle (``gpu:1 . cpu:0 . device:GPU`` gives ``GPU``
-left to right but ``GPU:1`` right to left); scopes always fold outermost first.
+Merging follows nested ``tf.device`` scopes, field by field as TF's
+``DeviceSpecV2.make_merged_spec``: ``outer.merge(inner)`` keeps ``outer``'s
+fields except those ``inner`` sets. The type and the index are separate
+fields: ``/gpu:1`` then ``/cpu`` gives ``/device:CPU:1``, the outer index
+carried over to the new type, exactly as TF does (a task has only ``CPU:0``,
+so the placer then reports ``CPU:1`` missing, or soft placement falls back).
+One deliberate difference: TF parses ``*`` as "no index", so in TF
+``/gpu:1`` then ``/gpu:*`` stays ``GPU:1``; here ``*`` is an index of its own
+(any GPU, Dask chooses at run time) and, like any index an inner string sets,
+it wins: ``GPU:*``. To inherit the outer index, leave the index out
+(``/gpu``). Since every field is taken from the innermost spec that sets it,
+``merge`` is associative.
 """
 
 from __future__ import annotations
@@ -24,9 +31,12 @@ from typing import Final, Literal, NoReturn
 
 from .errors import DeviceSpecError
 
-__all__ = ["ANY", "DeviceIndex", "DeviceSpec", "canonical_device"]
+__all__ = ["ANY", "SOFT_KEEPS", "DeviceIndex", "DeviceSpec", "canonical_device"]
 
 ANY: Final = "*"
+SOFT_KEEPS: Final = "soft placement relaxes only the device type and index, never the job, replica or task, as in TF"
+"""TF's soft placement keeps the job, replica and task it was asked for (``Member::GetSoftDeviceName``):
+the hint of every error about a missing one says so when ``placement.soft`` is on."""
 DeviceIndex = int | Literal["*"]
 
 _TYPES: Final = ("CPU", "GPU")
@@ -53,6 +63,9 @@ class DeviceSpec:
     _text: str | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
+        kind = self.device_type
+        if isinstance(kind, str) and kind != kind.upper() and kind.upper() in _TYPES:
+            object.__setattr__(self, "device_type", kind.upper())  # TF: DeviceSpec(device_type="gpu") is GPU
         if self.job is not None and not (type(self.job) is str and _JOB_RE.fullmatch(self.job)):
             _invalid(f"job must match {_JOB_RE.pattern}, got {self.job!r}")
         if self.replica is not None and not _is_count(self.replica):
@@ -88,22 +101,22 @@ class DeviceSpec:
     __str__ = to_string
 
     def merge(self, inner: DeviceSpec) -> DeviceSpec:
-        """``self`` as an outer scope, ``inner`` nested in it: fields ``inner`` sets win."""
-        device_type, index = self.device_type, self.device_index
-        if inner.device_type is not None:
-            if inner.device_index is not None or inner.device_type != device_type:
-                index = inner.device_index
-            device_type = inner.device_type
+        """``self`` as an outer scope, ``inner`` nested in it: each field ``inner`` sets wins.
+
+        Field by field, as TF's ``make_merged_spec``: a type without an index
+        keeps the outer index, even when the type changes (``/gpu:1`` then
+        ``/cpu`` is ``/device:CPU:1``), and an index of ``*`` is set like any other.
+        """
         return DeviceSpec(
             inner.job if inner.job is not None else self.job,
             inner.replica if inner.replica is not None else self.replica,
             inner.task if inner.task is not None else self.task,
-            device_type,
-            index,
+            inner.device_type if inner.device_type is not None else self.device_type,
+            inner.device_index if inner.device_index is not None else self.device_index,
         )
 
     def fill(self, defaults: DeviceSpec) -> DeviceSpec:
-        """Take the fields ``self`` leaves unset from ``defaults``."""
+        """Take the fields ``self`` leaves unset from ``defaults`` (``defaults.merge(self)``)."""
         return defaults.merge(self)
 
     def replace(self, **fields: object) -> DeviceSpec:

@@ -264,16 +264,22 @@ def test_seed_soft_placement_spec_records_both_fallbacks() -> None:
 
 
 def test_soft_placement_with_no_usable_device_is_still_an_error(tmp_path: Path) -> None:
+    # GPU-only, pinned to a job without GPUs: the fallback (that task's CPU:0) has no kernel either
     path = write(tmp_path, """\
         version: 1
+        cluster:
+          jobs:
+            ps: {tasks: 1}
+            worker: {gpus: 1}
         placement: {soft: true}
         graph:
-          - {name: g, op: call, fn: mypkg.mod:f, kernels: [gpu]}
+          - {name: g, op: call, fn: mypkg.mod:f, kernels: [gpu], device: /job:ps}
         """)
-    (message,) = errors(path)
-    assert message.startswith("Could not satisfy explicit device specification "
-                              "'/job:localhost/replica:0/task:0/device:CPU:0' because no supported kernel for CPU")
-    assert message.endswith("; soft placement cannot fall back: it is on the fallback device already")
+    (diag,) = check_file(path).errors
+    assert diag.message.startswith("Could not satisfy explicit device specification "
+                                   "'/job:ps/replica:0/task:0/device:CPU:0' because no supported kernel for CPU")
+    assert diag.message.endswith("; soft placement cannot fall back: it is on the fallback device already")
+    assert diag.hint == "give op 'g' a kernel for a device its task has, or pin it to a task that has a GPU"
 
 
 # ------------------------------------------------------------------- any GPU, defaults and their order
@@ -326,7 +332,7 @@ PRECEDENCE = """\
       - scope: /gpu:1
         ops:
           - {name: kept_index, op: ones, shape: [2], device: /device:GPU}
-          - {name: new_type, op: ones, shape: [2], device: /device:CPU}
+          - {name: new_type, op: ones, shape: [2], device: /device:CPU:0}
     """
 
 
@@ -355,8 +361,8 @@ def test_scope_beats_rule_beats_default_beats_tf_default(tmp_path: Path) -> None
     assert (src["r_own"]["job"], src["r_own"]["device_index"], src["r_own"]["task"]) == ("op", "op", "rule 1")
     # a same-type pin without an index keeps the scope's index, and says so
     assert (src["kept_index"]["device_type"], src["kept_index"]["device_index"]) == ("op", "scope")
-    # a type change drops the scope's index: index 0 from TF's default
-    assert (src["new_type"]["device_type"], src["new_type"]["device_index"]) == ("op", "default")
+    # a pin with both fields overrides both (a type change without an index: tests/test_tf_fidelity.py)
+    assert (src["new_type"]["device_type"], src["new_type"]["device_index"]) == ("op", "op")
 
 
 def test_default_device_type_without_index_takes_index_0_from_tf_default(tmp_path: Path) -> None:

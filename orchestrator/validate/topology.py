@@ -6,9 +6,11 @@ job, task and device type; the index is the placer's to judge).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import ipaddress
+import re
+from typing import Any, Final, Mapping
 
-from ..devices import DeviceSpec, canonical_device
+from ..devices import SOFT_KEEPS, DeviceSpec, canonical_device
 from ..errors import YamlPath, did_you_mean, format_bytes
 from ..model import Cluster, Device, GpuMemory, Job, PlacementConfig, Rule, Tls
 from ..ops import lookup, user_op_names
@@ -19,11 +21,18 @@ MAX_DEVICES = 10_000
 """Bound on the devices a cluster may have (one Dask worker each); ``tasks: 10**9`` is a slip."""
 
 
+SCHEDULER_PROTOCOLS: Final = ("tcp", "tls", "ucx", "ws", "wss")
+"""Dask's comm protocols that reach another process (``inproc://`` reaches only its own)."""
+DASK_PORT: Final = 8786
+"""The Dask scheduler's default port, suggested for an address written without one."""
+_HOST_RE: Final = re.compile(r"[A-Za-z0-9_.-]+")  # a host name or an IPv4 address
+
 _CLUSTER_SIZE_HINT = ("every device, a task's CPU:0 or one of its GPUs, is a Dask worker; "
                       "check tasks, gpus and virtual_gpus")
 
 
 def build_cluster(c: Checker, data: Mapping[str, Any]) -> Cluster:
+    check_scheduler(c, str(data.get("scheduler", "local")), ("cluster", "scheduler"))
     raw_jobs = data.get("jobs") or {"localhost": {}}
     jobs = tuple(build_job(c, str(name), spec or {}, ("cluster", "jobs", name)) for name, spec in raw_jobs.items())
     total = sum(job.tasks * (1 + job.logical_gpus) for job in jobs)
@@ -48,6 +57,7 @@ def build_cluster(c: Checker, data: Mapping[str, Any]) -> Cluster:
 def build_job(c: Checker, name: str, spec: Mapping[str, Any], path: YamlPath) -> Job:
     tasks = spec.get("tasks", 1)
     addresses = tuple(tasks) if isinstance(tasks, list) else ()
+    check_task_addresses(c, name, addresses, (*path, "tasks"))
     visible = tuple(spec.get("visible_gpus") or ())
     gpus = spec.get("gpus")
     if visible and gpus is not None and gpus != len(visible):
@@ -95,6 +105,89 @@ def build_job(c: Checker, name: str, spec: Mapping[str, Any], path: YamlPath) ->
                int(spec.get("virtual_gpus", 1)), gpu_memory, path)
 
 
+def check_scheduler(c: Checker, address: str, path: YamlPath) -> None:
+    """``local``, or ``[PROTOCOL://]host:port`` as Dask dials it: a slip here would surface only as a traceback at run time."""
+    if address == "local":
+        return
+    protocol, sep, target = address.partition("://")
+    if sep and protocol not in SCHEDULER_PROTOCOLS:
+        c.error("scheduler", path, f"scheduler address '{address}' has an unknown protocol '{protocol}'",
+                f"Dask's protocols are {', '.join(SCHEDULER_PROTOCOLS)}: write e.g. tcp://host:port or "
+                f"tls://host:port, or local for an embedded cluster")
+        return
+    host_port = target if sep else address
+    problem = address_problem(host_port)
+    if problem is None:
+        return
+    if problem == "has no port" and host_port.rstrip(":"):
+        hint = (f"write {address.rstrip(':')}:{DASK_PORT}, Dask's default scheduler port, "
+                f"or local for an embedded cluster")
+    else:
+        hint = (f"write local, or host:port such as tcp://10.0.0.1:{DASK_PORT}; "
+                f"an IPv6 host goes in brackets: tcp://[::1]:{DASK_PORT}")
+    c.error("scheduler", path, f"scheduler address '{address}' {problem}", hint)
+
+
+def check_task_addresses(c: Checker, job: str, addresses: tuple[str, ...], path: YamlPath) -> None:
+    """Each task of a ``tasks: [host:port, ...]`` list is a ``host:port``, as in a TF ``ClusterSpec``."""
+    for i, address in enumerate(addresses):  # strings: the schema has checked them
+        if "://" in address:
+            problem = "has a protocol"
+            hint = f"write {address.partition('://')[2]}: a task is host:port; the protocol belongs to cluster.scheduler"
+        else:
+            found = address_problem(address)
+            if found is None:
+                continue
+            problem, bare = found, address.rstrip(":")
+            hint = (f"write {bare}:PORT, e.g. {bare}:2222" if found == "has no port" and bare
+                    else "write host:port, e.g. ps0.example.com:2222, or [::1]:2222 for an IPv6 host")
+        c.error("task-address", (*path, i), f"address '{address}' of task {i} of job '{job}' {problem}", hint)
+
+
+def address_problem(text: str) -> str | None:
+    """What is wrong with ``host:port`` (an IPv6 host in brackets), said after the address; None if nothing."""
+    if not text:
+        return "is empty"
+    if any(ch.isspace() for ch in text):
+        return "contains a space"
+    if text.startswith("["):
+        host, closed, rest = text[1:].partition("]")
+        if not closed:
+            return "has no closing ']'"
+        if not _is_ipv6(host):
+            return f"has '[{host}]', which is not an IPv6 address"
+        if not rest:
+            return "has no port"
+        if not rest.startswith(":"):
+            return f"has '{rest}' after ']' instead of :PORT"
+        port = rest[1:]
+    else:
+        host, colon, port = text.rpartition(":")
+        if not colon:
+            return "has no port"
+        if ":" in host:
+            return "is an IPv6 address without brackets"
+        if not host:
+            return "has an empty host"
+        if not _HOST_RE.fullmatch(host):
+            return f"has host '{host}', which is not a host name or IP address"
+    if not port:
+        return "has no port"
+    if not (port.isascii() and port.isdigit()):
+        return f"has port '{port}', which is not a number"
+    if not 1 <= int(port) <= 65535:
+        return f"has port {int(port)}, out of range 1..65535"
+    return None
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def build_placement(c: Checker, data: Mapping[str, Any], cluster: Cluster) -> PlacementConfig:
     default = None
     if "default" in data:
@@ -127,27 +220,35 @@ def build_placement(c: Checker, data: Mapping[str, Any], cluster: Cluster) -> Pl
 
 
 def device_exists(c: Checker, spec: DeviceSpec, path: YamlPath, cluster: Cluster, soft: bool) -> None:
-    """Strict: the job, task and device type a string names must exist (index is the placer's)."""
-    report = c.warn if soft else c.error
-    suffix = "; soft placement will fall back" if soft else ""
+    """The job, replica, task and device type a string names must exist (the index is the placer's to judge).
+
+    Soft placement relaxes only the device type and index, as TF's does (it keeps
+    the job, replica and task of the request): a missing GPU is then a warning,
+    a missing job, replica or task an error all the same.
+    """
+    def keeps(hint: str) -> str:  # under soft placement, say why it does not help
+        return f"{hint}{' ' if hint.endswith('?') else '; '}{SOFT_KEEPS}" if soft else hint
+
     if spec.job is not None and cluster.job(spec.job) is None:
-        hint = did_you_mean(spec.job, [j.name for j in cluster.jobs]) or \
-            f"jobs: {', '.join(j.name for j in cluster.jobs)}"
-        report("device-job", path, f"device '{spec}' names job '{spec.job}', which the cluster does not have{suffix}",
-               hint)
+        names = [j.name for j in cluster.jobs]
+        hint = did_you_mean(spec.job, names) or f"jobs: {', '.join(names)}"
+        c.error("device-job", path, f"device '{spec}' names job '{spec.job}', which the cluster does not have",
+                keeps(hint))
         return
-    jobs = [cluster.job(spec.job)] if spec.job else list(cluster.jobs)
-    if spec.task is not None and all(spec.task >= j.tasks for j in jobs if j):
-        most = max(j.tasks for j in jobs if j)
-        report("device-task", path, f"device '{spec}' names task {spec.task}, but the job has {most} "
-               f"task{'s' if most != 1 else ''}{suffix}", f"tasks are numbered 0..{most - 1}")
-    if spec.device_type == "GPU" and all(j.logical_gpus == 0 for j in jobs if j):
+    jobs = [j for j in ([cluster.job(spec.job)] if spec.job else cluster.jobs) if j is not None]
+    if spec.task is not None and all(spec.task >= j.tasks for j in jobs):
+        most = max(j.tasks for j in jobs)
+        c.error("device-task", path, f"device '{spec}' names task {spec.task}, but the job has {most} "
+                f"task{'s' if most != 1 else ''}", keeps(f"tasks are numbered 0..{most - 1}"))
+    if spec.device_type == "GPU" and all(j.logical_gpus == 0 for j in jobs):
         where = f"job '{spec.job}'" if spec.job else "the cluster"
-        report("device-type", path, f"device '{spec}' names a GPU, but {where} has no GPUs{suffix}",
+        report = c.warn if soft else c.error
+        report("device-type", path, f"device '{spec}' names a GPU, but {where} has no GPUs"
+               f"{'; soft placement will fall back' if soft else ''}",
                "add gpus: N to the job, or pin to /cpu:0")
     if spec.replica not in (None, 0):
-        report("device-replica", path, f"device '{spec}' names replica {spec.replica}; only replica 0 exists"
-               f"{suffix}", "drop /replica:N")
+        c.error("device-replica", path, f"device '{spec}' names replica {spec.replica}; only replica 0 exists",
+                keeps("drop /replica:N"))
 
 
 def job_devices(job: Job) -> list[Device]:
