@@ -39,6 +39,7 @@ FRAME_WIDTH = 840  # the plotting area of both figures; device names and legends
 LANE_PX = 26  # one lane of a device row: a bar and its label
 LABEL_CHAR_PX = 6.2  # average width of a character of the 10px labels
 MAX_LANES = 6  # beyond this, ops of a device share lanes (their labels may overlap)
+MAX_LABELS = 200  # more ops than this: no labels on the bars (they would be a blur); hover names them
 HOST_NOT_MEASURED = "not measured (host memory is Dask's)"
 
 # Colour-blind-safe, distinct at a glance (Okabe-Ito, then Tableau's lighter tones).
@@ -441,8 +442,9 @@ def _timeline(view: RunView) -> Figure:
     # an op of 70 µs on a 100 ms axis is under a pixel wide: a tick at its start keeps every op visible
     ticks = fig.rect(x="left", y="y", width=3, width_units="screen", height=0.7, source=ops, fill_color="colour",
                      line_color="#333333", line_width=0.5)
-    fig.text(x="left", y="y", text="name", source=ops, x_offset=6, text_baseline="middle", text_font_size="10px",
-             text_color="#222222", **_LABEL_BACKGROUND)
+    if len(timed) <= MAX_LABELS:
+        fig.text(x="left", y="y", text="name", source=ops, x_offset=6, text_baseline="middle",
+                 text_font_size="10px", text_color="#222222", **_LABEL_BACKGROUND)
     fig.add_tools(HoverTool(renderers=[bars, ticks], tooltips=[
         ("op", "@name (@kind)"), ("device", "@device"), ("time", "@timing"), ("output", "@bytes"),
         ("runs", "@runs")]))
@@ -466,8 +468,10 @@ def _timeline(view: RunView) -> Figure:
     if view.transfers:
         items.append(_transfers(fig, view, rows, origin))
     if items:
+        # top_left of the side panel: bokeh measures the legend before its font is in, and one placed
+        # top_right grew leftwards over the plot
         fig.add_layout(Legend(items=items, title="op kind", label_text_font_size="10px", spacing=0,
-                              title_text_font_size="10px"), "right")
+                              location="top_left", title_text_font_size="10px"), "right")
     return fig
 
 
@@ -577,7 +581,7 @@ def _memory(view: RunView) -> Figure:
         fig.text(x=[high * 8 for _ in unlimited], y=[short_device(d.device) for d in unlimited],
                  text=["no limit" for _ in unlimited], text_baseline="middle", text_font_size="10px",
                  text_color=LIMIT_COLOUR)
-    fig.add_layout(Legend(items=items, label_text_font_size="10px", spacing=0), "right")
+    fig.add_layout(Legend(items=items, label_text_font_size="10px", spacing=0, location="top_left"), "right")
     return fig
 
 
@@ -632,6 +636,8 @@ def _notes(view: RunView) -> str:
              "workers' clocks. Hover over a bar or an arrow for its details; drag or scroll to zoom the time axis.",
              "Each op is a bar from its start for its duration, with a tick at its start (short ops are narrower "
              "than a pixel). Ops of a device that run close together are drawn in separate lanes of its row."]
+    if sum(o.start is not None for o in view.ops) > MAX_LABELS:
+        notes.append(f"More than {MAX_LABELS} ops: the bars carry no names; hover over one for its name.")
     looped = [o for o in view.ops if o.looped]
     if looped:
         runs = sorted({o.runs or 0 for o in looped})
@@ -719,9 +725,16 @@ def run_report_html(data: Mapping[str, Any], source: str = "the run report") -> 
     view = parse_run_report(data, source)
     from bokeh.embed import file_html
     from bokeh.layouts import column
+    from bokeh.models.widgets import Div
     from bokeh.resources import INLINE
 
-    roots: list[Model] = [_timeline(view), _memory(view)] if view.devices or view.ops else []
+    roots: list[Model] = []
+    if view.ops or view.transfers:
+        roots.append(_timeline(view))
+    if view.devices:
+        roots.append(_memory(view))
+    if not roots:
+        roots.append(Div(text="<p>The report records no ops and no devices: nothing to draw.</p>"))
     layout = column(*roots, spacing=18)
     return file_html(layout, INLINE, title=f"run of {view.name}", template=_TEMPLATE,
                      template_variables={"header_html": _header(view, source), "tables_html": _tables(view)})

@@ -1,0 +1,290 @@
+"""`orchestrate report RUN.json --html OUT.html`: the run report as one offline HTML page.
+
+The main tests draw a real report: a small spec (values crossing three devices, then a
+loop of 5 steps) runs once on an embedded Dask cluster, and its report goes through the
+CLI. What the page draws is read back from the bokeh document embedded in it (its JSON),
+so the tests need no browser; docs/render_report.py screenshots a page in Chromium.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from orchestrator import run_file
+from orchestrator.cli import run_cli
+from orchestrator.errors import format_bytes
+from orchestrator.report_html import (HOST_NOT_MEASURED, BadRunReport, op_timing, parse_run_report, run_report_html,
+                                      seconds, short_device)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SPEC = """\
+version: 1
+name: pictured
+cluster:
+  jobs:
+    localhost: {gpus: 2, gpu_memory: {limit: 1MiB}}
+graph:
+  - {name: a, op: constant, value: [[1.0, 2.0], [3.0, 4.0]], device: /cpu:0}
+  - {name: b, op: matmul, inputs: [a, a], device: /gpu:0}
+  - {name: c, op: add, inputs: [b, a], device: /gpu:1}
+  - name: loop
+    iterate:
+      steps: 5
+      window: 5
+      state: {w: c}
+      body:
+        - {name: h, op: mul, inputs: [w], scalar: 0.5, device: /gpu:1}
+        - {name: w_next, op: add, inputs: [w, h], device: /cpu:0}
+      update: {w: w_next}
+outputs:
+  loop.w: w.npy
+"""
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@pytest.fixture(scope="module")
+def real_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run report of SPEC, from one real run on an embedded cluster (simulated GPUs)."""
+    where = tmp_path_factory.mktemp("pictured")
+    spec = where / "pictured.yaml"
+    spec.write_text(SPEC)
+    run_file(spec, output_dir=str(where), report_path=str(where / "run.json"), echo=_quiet)
+    return where / "run.json"
+
+
+def _render(report: Path, target: Path) -> str:
+    out = io.StringIO()
+    assert run_cli(["report", str(report), "--html", str(target)], out=out) == 0
+    assert out.getvalue() == f"wrote {target}\n"
+    return target.read_text(encoding="utf-8")
+
+
+def _strings(node: Any) -> Iterator[str]:
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from _strings(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _strings(value)
+
+
+def drawn(page: str) -> set[str]:
+    """Every string of the bokeh documents embedded in the page: labels, hover texts, axis labels."""
+    blocks = re.findall(r'<script type="application/json"[^>]*>(.*?)</script>', page, re.S)
+    assert blocks, "no bokeh document in the page"
+    return {s for block in blocks for s in _strings(json.loads(block))}
+
+
+@pytest.mark.cluster
+def test_the_page_of_a_real_run_draws_every_device_op_transfer_and_memory_figure(real_report: Path,
+                                                                                 tmp_path: Path) -> None:
+    report = json.loads(real_report.read_text())
+    page = _render(real_report, tmp_path / "run.html")
+    strings = drawn(page)
+    text = "\n".join(strings) + page
+
+    # self-contained: nothing is fetched from the network (bokeh's JS and CSS are inline)
+    assert not re.search(r"<(script|link|img)\b[^>]*\b(src|href)\s*=\s*[\"']?(https?:)?//", page, re.I)
+    assert "<script" in page and "Bokeh" in page
+
+    devices = [d["device"] for d in report["devices"]]
+    assert len(devices) == 3
+    for device in devices:
+        assert html.escape(device) in page  # the devices table
+        assert short_device(device) in strings  # a timeline row and a memory group
+    for op in report["ops"]:
+        assert html.escape(op["name"]) in page
+        if op["start"] is not None:
+            assert op["name"] in strings  # a bar, labelled
+
+    # a value that crossed devices is an arrow whose hover names it with its bytes and route
+    crossing = [t for t in report["transfers"] if t["from"] != t["to"]]
+    assert any(t["value"] == "a" for t in crossing)
+    for t in crossing:
+        assert any(f"{t['value']} ({format_bytes(t['bytes'])})" in s for s in strings), t
+        assert f"{short_device(t['from'])} → {short_device(t['to'])}" in strings
+
+    # memory: planned beside seen, the limit, and "not measured" for the host device
+    for d in report["devices"]:
+        assert f"planned {format_bytes(d['planned_peak_bytes'])}" in strings
+        if d["peak_bytes_seen"] is None:
+            assert d["backend"] == "host"
+            assert HOST_NOT_MEASURED in strings
+        else:
+            assert f"seen {format_bytes(d['peak_bytes_seen'])}" in strings
+        limit = d["limit_bytes"]
+        assert (f"limit {format_bytes(limit)}" if limit is not None else "no limit") in strings
+    assert "limit 1.0 MiB" in strings  # the GPUs' gpu_memory
+
+    # the header: spec, backend, granularity, elapsed time, totals, and how the loop ran
+    assert "<h1>Run of <code>pictured</code></h1>" in page
+    assert f"<th>backend</th><td>{report['backend']}</td>" in page
+    assert f"<th>granularity</th><td>{report['granularity']}" in page
+    assert f"<th>elapsed</th><td>{html.escape(seconds(report['elapsed_seconds']))}</td>" in page
+    assert f"{report['totals']['ops']} ops in {report['totals']['tasks']} Dask tasks" in page
+    assert html.escape(report["loops"]["loop"]) in page and report["loops"]["loop"]
+
+
+@pytest.mark.cluster
+def test_loop_ops_say_their_time_is_summed_over_their_runs(real_report: Path, tmp_path: Path) -> None:
+    report = json.loads(real_report.read_text())
+    strings = drawn(_render(real_report, tmp_path / "run.html"))
+    looped = [op for op in report["ops"] if (op["runs"] or 0) > 1]
+    assert {op["name"] for op in looped} == {"loop/h", "loop/w_next"}
+    for op in looped:
+        hover = [s for s in strings if s.startswith(f"{op['runs']} runs, {seconds(op['duration'])} in all")]
+        assert hover and "first at +" in hover[0] and "not when they ran" in hover[0]
+    assert any(s.startswith("Hatched bars are loop ops") for s in strings)
+
+
+@pytest.mark.cluster
+def test_the_default_page_is_beside_the_report(real_report: Path, tmp_path: Path) -> None:
+    report = tmp_path / "copy.json"
+    report.write_text(real_report.read_text())
+    out = io.StringIO()
+    assert run_cli(["report", str(report)], out=out) == 0
+    assert (tmp_path / "copy.html").is_file() and out.getvalue() == f"wrote {tmp_path / 'copy.html'}\n"
+
+
+@pytest.mark.parametrize("content, says", [
+    ('{"format": 1, "name": ', "is not a run report: invalid JSON at line 1 column"),
+    ("[1, 2]", "is not a run report: expected a JSON object, got an array"),
+    ('{"format": 1, "devices": [], "ops": [], "totals": {}, "elapsed_seconds": 1}', "'name' is missing"),
+    ('{"format": 2, "name": "x"}', "'format' is 2, this orchestrate reads run reports of format 1"),
+    ('{"format": 1, "name": "x", "elapsed_seconds": 1, "totals": {}, "devices": [], "ops": [{"name": "a"}]}',
+     "'ops[0].planned_device' is missing"),
+    ('{"format": 1, "name": "x", "elapsed_seconds": "soon", "totals": {}, "devices": [], "ops": []}',
+     "'elapsed_seconds' should be a number, got a string"),
+])
+def test_a_file_that_is_not_a_run_report_is_one_line_and_exit_1(content: str, says: str, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    target = tmp_path / "bad.html"
+    target.write_text("the old page")
+    assert run_cli(["report", str(bad), "--html", str(target)], out=io.StringIO()) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {bad} ") and says in err, err
+    assert "Traceback" not in err
+    assert target.read_text() == "the old page"  # nothing written over it
+
+
+def test_a_missing_report_file_is_one_line_and_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["report", str(tmp_path / "nope.json")], out=io.StringIO()) == 1
+    err = capsys.readouterr().err
+    assert err == f"error: cannot read run report {tmp_path / 'nope.json'}: No such file or directory\n"
+    assert not (tmp_path / "nope.html").exists()
+
+
+def test_an_unwritable_page_is_one_line_and_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "run.json"
+    report.write_text(json.dumps(_report()))
+    target = tmp_path / "no-such-dir" / "run.html"
+    assert run_cli(["report", str(report), "--html", str(target)], out=io.StringIO()) == 1
+    assert capsys.readouterr().err == f"error: cannot write {target}: No such file or directory\n"
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["report"], out=io.StringIO()) == 2
+    assert "the following arguments are required: RUN.json" in capsys.readouterr().err
+    assert run_cli(["report", "run.json", "--html"], out=io.StringIO()) == 2
+
+
+# --------------------------------------------------------------------------- without a cluster
+
+
+def _report(**overrides: Any) -> dict[str, Any]:
+    """A hand-made run report of two devices: a host CPU (no peak measured) and a GPU with a loop op."""
+    cpu, gpu = "/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:GPU:0"
+    data: dict[str, Any] = {
+        "format": 1, "name": "hand <made>", "file": "hand.yaml", "run": "abc", "backend": "simulated",
+        "task_names": {"naming": "op", "why": "2 ops, at most 64"}, "elapsed_seconds": 2.5,
+        "phases_seconds": {"compute": 2.4},
+        "ops": [
+            {"name": "x", "op": "constant", "planned_device": cpu, "worker": cpu, "start": 100.0, "duration": 0.001,
+             "output_bytes": 80, "retries": 0, "runs": 1, "why": "device from op"},
+            {"name": "train/y", "op": "matmul", "planned_device": gpu, "worker": gpu, "start": 100.5,
+             "duration": 0.75, "output_bytes": 80, "retries": 0, "runs": 300, "why": "default"},
+            {"name": "train.w", "op": "identity", "planned_device": cpu, "worker": None, "start": None,
+             "duration": None, "output_bytes": None, "retries": 0, "runs": None, "why": "colocated",
+             "note": "final state of loop 'train'"},
+        ],
+        "devices": [
+            {"device": cpu, "ops": 2, "planned_peak_bytes": 160, "limit_bytes": None, "peak_bytes_seen": None,
+             "backend": "host"},
+            {"device": gpu, "ops": 1, "planned_peak_bytes": 160, "limit_bytes": 1 << 20, "peak_bytes_seen": 240,
+             "backend": "simulated"},
+        ],
+        "totals": {"ops": 3, "tasks": 4, "bytes_moved": 1080, "moves": 1, "transfers_seen": 1,
+                   "bytes_exchanged": 1000},
+        "restarted_devices": [], "unverified": [], "granularity": "partition",
+        "loops": {"train": "gang: one task per device per window of 100 steps (2 devices)"},
+        "transfers": [{"value": "x", "from": cpu, "to": gpu, "bytes": 80, "start": 100.01, "stop": 100.02}],
+    }
+    data.update(overrides)
+    return data
+
+
+def test_a_hand_made_report_renders_with_escaped_names_and_honest_figures() -> None:
+    page = run_report_html(_report(), "hand.json")
+    strings = drawn(page)
+    assert "<code>hand &lt;made&gt;</code>" in page and "hand <made>" not in page.split("<script", 1)[0]
+    assert HOST_NOT_MEASURED in strings and "no limit" in strings and "limit 1.0 MiB" in strings
+    assert "seen 240 B" in strings and "planned 160 B" in strings
+    assert "300 runs, 750.0 ms in all (2.5 ms each on average), first at +500.0 ms; the bar is their summed " \
+           "time drawn from the first run, not when they ran" in strings
+    assert "x (80 B)" in strings and "/job:localhost/task:0/CPU:0 → /job:localhost/task:0/GPU:0" in strings
+    assert "loop windows sent 1000 B worker to worker" in page
+    assert "final state of loop &#x27;train&#x27;" in page  # an op with no timing is listed, not drawn
+    assert "train.w" not in strings
+
+
+def test_reports_with_nothing_to_draw_still_render() -> None:
+    empty = run_report_html(_report(ops=[], devices=[], transfers=[]))
+    assert "nothing to draw" in empty
+    older = _report()
+    del older["transfers"], older["phases_seconds"], older["loops"]  # reports from before these fields
+    assert "x (80 B)" not in drawn(run_report_html(older))
+
+
+def test_words() -> None:
+    assert short_device("/job:worker/replica:0/task:1/device:GPU:3") == "/job:worker/task:1/GPU:3"
+    assert short_device("/job:worker/replica:2/task:1/device:CPU:0") == "/job:worker/replica:2/task:1/CPU:0"
+    assert [seconds(x) for x in (7e-5, 0.0123, 6.812)] == ["70 µs", "12.3 ms", "6.81 s"]
+    view = parse_run_report(_report())
+    assert op_timing(view.ops[0], 100.0) == "1.0 ms from +0 µs"
+    assert op_timing(view.ops[2], 100.0) == "final state of loop 'train'"
+    with pytest.raises(BadRunReport, match="'devices\\[0\\].ops' should be a whole number"):
+        parse_run_report(_report(devices=[{"device": "/cpu:0", "ops": -1}]))
+
+
+# --------------------------------------------------------------------------- bokeh's one home
+
+
+def test_only_report_html_imports_bokeh_and_importing_the_cli_does_not() -> None:
+    package = ROOT / "orchestrator"
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if any(name.split(".")[0] == "bokeh" for name in names):
+                assert path == package / "report_html.py", f"{path} imports bokeh"
+    code = "import sys, orchestrator.cli; print(sorted(m for m in sys.modules if m.split('.')[0] == 'bokeh'))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
