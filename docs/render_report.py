@@ -65,6 +65,7 @@ def screenshot(browser: str, page: Path, png: Path, width: int, height: int) -> 
             "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
             "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
             f"--user-data-dir={profile}", "--hide-scrollbars",
+            "--enable-logging=stderr", "--v=0",  # the page's console, to catch a script that failed
             # bokeh draws after the document loads: let the page's timers run before the picture is taken
             "--virtual-time-budget=10000",
             f"--window-size={width},{height}", f"--screenshot={png}", page.resolve().as_uri(),
@@ -72,6 +73,12 @@ def screenshot(browser: str, page: Path, png: Path, width: int, height: int) -> 
         done = subprocess.run(command, capture_output=True, text=True, timeout=180)
     if done.returncode != 0 or not png.is_file():
         raise SystemExit(f"chromium failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+    failed = [line for line in console if "error" in line.lower()]
+    if failed:
+        raise SystemExit("the page logged errors in Chromium:\n" + "\n".join(failed))
+    if not any("document idle" in line for line in console):  # bokeh's own "drawn" message
+        print("warning: bokeh did not say the document was drawn; look at the picture", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
