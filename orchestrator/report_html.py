@@ -521,7 +521,7 @@ def _memory(view: RunView) -> Figure:
     from bokeh.models.annotations import Legend
     from bokeh.plotting import figure
 
-    devices = [d for d in view.devices]
+    devices = list(view.devices)
     # a categorical y axis runs bottom to top: reversed, the first device and its planned peak are on top
     factors = [(short_device(d.device), what) for d in reversed(devices) for what in ("peak seen", "planned peak")]
     values = [v for d in devices for v in (d.planned_peak_bytes, d.peak_bytes_seen, d.limit_bytes) if v]
