@@ -297,8 +297,8 @@ class Placer:
             return otherwise
         source = res.sources.get("device_index", "").split(" (")[0]
         kind = res.spec.device_type
-        return (f"the index {res.spec.device_index} is {source}'s {res.index_type}:{res.spec.device_index}, kept "
-                f"when the type changed to {kind}, as TF merges type and index separately: write "
+        return (f"the index {res.spec.device_index} comes from {res.index_type}:{res.spec.device_index} in {source}, "
+                f"kept when the type changed to {kind}, as TF merges type and index separately: write "
                 f"/{str(kind).lower()}:0")
 
     def fallback(self, op: Op, spec: DeviceSpec) -> DeviceSpec:

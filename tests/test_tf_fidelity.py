@@ -61,7 +61,7 @@ def test_a_type_without_an_index_keeps_the_scopes_index_and_the_error_says_so(tm
     path = write(tmp_path, TYPE_CHANGE % "false")
     assert rendered(path) == [
         "9:62: graph[0].ops[0].device: Could not satisfy explicit device specification "
-        f"'{LOCAL}CPU:1' for op 'x': the cluster has only CPU:0 on that task (the index 1 is scope's GPU:1, kept "
+        f"'{LOCAL}CPU:1' for op 'x': the cluster has only CPU:0 on that task (the index 1 comes from GPU:1 in scope, kept "
         "when the type changed to CPU, as TF merges type and index separately: write /cpu:0)"]
 
 
@@ -112,7 +112,7 @@ def test_a_rule_index_for_another_type_is_kept_as_tf_device_functions_merge(tmp_
         """)
     (diag,) = check_file(path).errors
     assert diag.message.endswith(f"'{LOCAL}CPU:1' for op 'a': the cluster has only CPU:0 on that task")
-    assert diag.hint.startswith("the index 1 is rule 1's GPU:1, kept when the type changed to CPU")
+    assert diag.hint.startswith("the index 1 comes from GPU:1 in rule 1, kept when the type changed to CPU")
 
 
 ANY_IN_SCOPE = """\
