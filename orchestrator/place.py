@@ -256,20 +256,26 @@ class Placer:
         if job is None or spec.task is None or spec.task >= job.tasks or spec.replica not in (0, None):
             return self.missing_task(op, spec, job), self.missing_task_hint(spec, job), False
         prefix = f"Could not satisfy explicit device specification '{spec}' for op '{op.name}'"
-        generic = "pin it to an existing device with a kernel, or set placement.soft: true"
+        soft = "or set placement.soft: true"
         if spec.device_type == "GPU":
             n = job.logical_gpus
             if n == 0:
                 return (f"{prefix}: the cluster has no GPU on that task",
-                        f"add gpus: N to job '{job.name}', pin it to /cpu:0, or set placement.soft: true", True)
+                        f"add gpus: N to job '{job.name}', pin it to /cpu:0, {soft}", True)
             if spec.device_index != ANY and isinstance(spec.device_index, int) and spec.device_index >= n:
-                return f"{prefix}: the cluster has {_gpu_range(n)} on that task", self.index_hint(res, generic), True
+                return (f"{prefix}: the cluster has {_gpu_range(n)} on that task",
+                        self.index_hint(res, f"pin it to {'one of ' if n > 1 else ''}{_gpu_range(n)}, "
+                                             f"add GPUs to job '{job.name}', {soft}"), True)
         elif spec.device_index not in (0, ANY):
-            return f"{prefix}: the cluster has only CPU:0 on that task", self.index_hint(res, generic), True
+            return (f"{prefix}: the cluster has only CPU:0 on that task",
+                    self.index_hint(res, f"pin it to /cpu:0, {soft}"), True)
         kernels = kernels_of(op.kind, op.params)
         if spec.device_type not in kernels:
+            other = sorted(kernels)[0]  # 'kernels' is never empty: validation checks it
             return (f"Could not satisfy explicit device specification '{spec}' because no supported kernel for "
-                    f"{spec.device_type} devices is available for op '{op.name}' ({op.kind})", generic, True)
+                    f"{spec.device_type} devices is available for op '{op.name}' ({op.kind})",
+                    f"{op.kind} runs on {' and '.join(sorted(kernels))} only: pin it to /{other.lower()}:0, {soft}",
+                    True)
         return None
 
     def missing_task(self, op: Op, spec: DeviceSpec, job: Job | None) -> str:

@@ -61,8 +61,8 @@ def test_a_type_without_an_index_keeps_the_scopes_index_and_the_error_says_so(tm
     path = write(tmp_path, TYPE_CHANGE % "false")
     assert rendered(path) == [
         "9:62: graph[0].ops[0].device: Could not satisfy explicit device specification "
-        f"'{LOCAL}CPU:1' for op 'x': the cluster has only CPU:0 on that task (the index 1 comes from GPU:1 in scope, kept "
-        "when the type changed to CPU, as TF merges type and index separately: write /cpu:0)"]
+        f"'{LOCAL}CPU:1' for op 'x': the cluster has only CPU:0 on that task (the index 1 comes from GPU:1 in "
+        "scope, kept when the type changed to CPU, as TF merges type and index separately: write /cpu:0)"]
 
 
 def test_with_soft_placement_the_carried_index_falls_back_and_the_plan_says_why(tmp_path: Path) -> None:

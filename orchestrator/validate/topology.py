@@ -106,7 +106,7 @@ def build_job(c: Checker, name: str, spec: Mapping[str, Any], path: YamlPath) ->
 
 
 def check_scheduler(c: Checker, address: str, path: YamlPath) -> None:
-    """``local``, or ``[PROTOCOL://]host:port`` as Dask dials it: a slip here would surface only as a traceback at run time."""
+    """``local``, or ``[PROTOCOL://]host:port`` as Dask dials it; a slip here once surfaced as a traceback."""
     if address == "local":
         return
     protocol, sep, target = address.partition("://")
@@ -133,7 +133,8 @@ def check_task_addresses(c: Checker, job: str, addresses: tuple[str, ...], path:
     for i, address in enumerate(addresses):  # strings: the schema has checked them
         if "://" in address:
             problem = "has a protocol"
-            hint = f"write {address.partition('://')[2]}: a task is host:port; the protocol belongs to cluster.scheduler"
+            hint = (f"write {address.partition('://')[2]}: a task is host:port; "
+                    f"the protocol belongs to cluster.scheduler")
         else:
             found = address_problem(address)
             if found is None:
@@ -201,13 +202,14 @@ def build_placement(c: Checker, data: Mapping[str, Any], cluster: Cluster) -> Pl
         for kind in ops:
             if lookup(kind) is None or lookup(kind).internal:  # type: ignore[union-attr]
                 c.warn("rule-unknown-op", (*path, "match", "op"), f"rule {i + 1} matches unknown op type '{kind}'",
-                       did_you_mean(kind, user_op_names()) or "this rule can never match")
+                       did_you_mean(kind, user_op_names()) or
+                       "this rule can never match; the op types are listed in docs/spec-language.md")
                 c.rules_with_unknown_ops.add(i)
         device = c.device(raw["device"], (*path, "device")) if "device" in raw else None
         rr = c.device(raw["round_robin"], (*path, "round_robin")) if "round_robin" in raw else None
         if rr is not None and rr.job is None:
             c.error("round-robin", (*path, "round_robin"), "round_robin needs a job, e.g. /job:ps",
-                    "it spreads ops over that job's tasks")
+                    "name the job whose tasks take the matching ops in turn")
         by = str(raw.get("by", DEFAULT))
         if by not in STRATEGIES:
             c.error("strategy", (*path, "by"), f"unknown round_robin strategy '{by}'",
@@ -245,7 +247,7 @@ def device_exists(c: Checker, spec: DeviceSpec, path: YamlPath, cluster: Cluster
         report = c.warn if soft else c.error
         report("device-type", path, f"device '{spec}' names a GPU, but {where} has no GPUs"
                f"{'; soft placement will fall back' if soft else ''}",
-               "add gpus: N to the job, or pin to /cpu:0")
+               f"add gpus: N to {where if spec.job else 'a job'}, or pin to /cpu:0")
     if spec.replica not in (None, 0):
         c.error("device-replica", path, f"device '{spec}' names replica {spec.replica}; only replica 0 exists",
                 keeps("drop /replica:N"))
