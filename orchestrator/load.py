@@ -34,6 +34,15 @@ its anchor), so the bound ``MAX_EXPANDED_NODES`` is checked in time linear in
 the file, before any Python object is built. An alias to a node that contains it
 would be an infinite structure and is refused too.
 
+*Numbers as YAML 1.2 reads them.* PyYAML follows YAML 1.1, where a float
+needs a dot and a signed exponent: ``1e-3``, ``1e5`` and ``-2E4`` are strings
+there, so ``scalar: 1e-3`` would be refused as text and ``params: {lr: 1e-3}``
+would hand user code a string. The loader adds YAML 1.2's (core schema)
+float forms to the resolver of both loader bases: an exponent with or without
+a sign or a dot, and a signed ``-.5``. Integers stay integers (``09`` and
+``1_000`` resolve as before); ``.inf`` and ``.nan`` stay floats (validation
+refuses them where a duration or a size is expected).
+
 *Our own composer.* Nodes are composed from parser events by an iterative loop
 here instead of ``loader.get_single_node()``: libyaml's composer recurses in C
 and crashes the interpreter (SIGSEGV) on ~50,000 nested brackets, the pure
@@ -98,6 +107,12 @@ _MAP_TAG = _YAML + "map"
 # The tags the resolver gives plain YAML scalars; explicit spellings of these
 # (``!!str 12``) are harmless. ``value`` (a lone ``=``) and ``merge`` (``<<``)
 # are resolver quirks of YAML 1.1 and are read as strings outside merge keys.
+_FLOAT_TAG = _YAML + "float"
+# YAML 1.2 core schema floats that YAML 1.1 (PyYAML) reads as strings: an
+# exponent (1e5, 1e-3, -2E4, 1.0e3, .5e3), or a sign before a leading dot
+# (-.5). Forms both versions read as floats already stay with PyYAML's own
+# resolver; forms that are integers in either version never match here.
+_YAML12_FLOAT = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+|[-+]\.[0-9]+)$")
 _SCALAR_TAGS = frozenset(
     _YAML + name
     for name in ("null", "bool", "int", "float", "str", "timestamp", "value", "merge")
@@ -258,8 +273,17 @@ _SpecConstructor.add_constructor(_MERGE_TAG, SafeConstructor.construct_yaml_str)
 
 
 def _loader_class(base: type) -> type:
-    """The spec loader for a safe loader base (CSafeLoader or SafeLoader)."""
-    return type("SpecLoader", (_SpecConstructor, base), {"__module__": __name__})
+    """The spec loader for a safe loader base (CSafeLoader or SafeLoader).
+
+    Both bases resolve plain scalars with PyYAML's Python resolver (libyaml
+    only parses), which is where the YAML 1.2 float forms are added: the
+    class method copies the resolver table into the new class, so the shared
+    ``yaml.SafeLoader`` is left as it is. It is appended after PyYAML's own
+    resolvers, which win for every form they know (ints stay ints).
+    """
+    loader: Any = type("SpecLoader", (_SpecConstructor, base), {"__module__": __name__})
+    loader.add_implicit_resolver(_FLOAT_TAG, _YAML12_FLOAT, list("-+.0123456789"))
+    return loader  # type: ignore[no-any-return]
 
 
 SpecLoader: type = _loader_class(LOADER_BASE)
@@ -486,6 +510,23 @@ class _Locator:
             return _mark_position(key_node.start_mark)
         return _mark_position(node.start_mark)
 
+    def written(self, path: YamlPath, key: bool = False) -> str | None:
+        """The text the file has at ``path`` (its key's, with ``key``): ``on`` for the key ``True``.
+
+        None when the path does not exist or does not end at a scalar.
+        Validation names keys and values the way the user wrote them: YAML 1.1
+        reads ``on:`` as the boolean true, and "unknown key 'True'" would not say why.
+        """
+        node = self._root
+        key_node: Node | None = None
+        for part in path:
+            child = self._child(node, part)
+            if child is None:
+                return None
+            key_node, node = child
+        found = key_node if key else node
+        return str(found.value) if isinstance(found, ScalarNode) else None
+
     def _child(self, node: Node, part: str | int) -> tuple[Node | None, Node] | None:
         if isinstance(node, SequenceNode):
             if isinstance(part, int) and 0 <= part < len(node.value):
@@ -499,15 +540,24 @@ class _Locator:
         for key_node, value_node in reversed(node.value):
             if _key_matches(key_node, part):
                 return (key_node, value_node)
+        # Then a key that is not text, by its spelling: diagnostics name 'on', not 'True'.
+        for key_node, value_node in reversed(node.value):
+            if isinstance(key_node, ScalarNode) and key_node.tag != _STR_TAG and key_node.value == part:
+                return (key_node, value_node)
         return None
 
     def _index(self, node: MappingNode) -> dict[str, tuple[Node, Node]]:
         index = self._indexes.get(id(node))
         if index is None:
             index = {}
+            spelled: dict[str, tuple[Node, Node]] = {}
             for key_node, value_node in node.value:  # later pairs overwrite: last wins
                 if isinstance(key_node, ScalarNode):
                     index[_key_text(key_node)] = (key_node, value_node)
+                    if key_node.tag != _STR_TAG:
+                        spelled[str(key_node.value)] = (key_node, value_node)
+            for text, pair in spelled.items():  # a key's own text comes first, as above
+                index.setdefault(text, pair)
             self._indexes[id(node)] = index
         return index
 

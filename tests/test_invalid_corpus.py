@@ -8,6 +8,11 @@ Each file starts with header comments::
 An ``expect`` line is ``Diagnostic.render()`` without the leading ``file:``.
 The real CLI runs in-process (``run_cli``), as ``orchestrate validate`` would;
 a new file in the folder is picked up without touching this module.
+
+Every error of the corpus has a hint, and ``orchestrate run`` refuses every
+file (except those whose point is a warning) with the same diagnostics,
+before any cluster starts: a fresh interpreter runs the whole corpus and
+shows that ``distributed`` was never even imported.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from glob import glob
 from pathlib import Path
@@ -69,12 +76,12 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 
 
 def test_the_corpus_is_large_enough() -> None:
-    assert len(INVALID) >= 60, INVALID
+    assert len(INVALID) >= 130, INVALID
 
 
 def test_every_corpus_file_announces_what_it_expects() -> None:
     for path in INVALID:
-        assert re.fullmatch(r"specs/invalid/\d\d-[a-z0-9-]+\.yaml", path), f"{path}: name it NN-short-name.yaml"
+        assert re.fullmatch(r"specs/invalid/\d{2,3}-[a-z0-9-]+\.yaml", path), f"{path}: name it NN-short-name.yaml"
         assert read_header(path).expects, f"{path}: no '# expect:' line"
 
 
@@ -91,6 +98,73 @@ def test_invalid_spec_fails_with_the_expected_diagnostics(path: str, capsys: pyt
     reported = [line for line in lines if line.startswith(f"{path}:")]
     assert len(reported) == len(header.expects), "\n".join(reported)
     assert code == 1, out
+
+
+def test_every_error_of_the_corpus_has_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    """A message says what is wrong, the hint what to write instead: no error goes without one."""
+    code, out, _ = run(["validate", "--format", "json", *INVALID], capsys)
+    assert code == 1
+    files = json.loads(out)["files"]
+    assert [f["file"] for f in files] == INVALID
+    errors = [d for f in files for d in f["diagnostics"] if d["severity"] == "error"]
+    assert len(errors) >= len(INVALID) - len([p for p in INVALID if read_header(p).strict])
+    without = [f"{d['file']}:{d['line']}:{d['column']}: {d['path']}: {d['message']}"
+               for d in errors if not d["hint"].strip()]
+    assert not without, "errors without a hint:\n  " + "\n  ".join(without)
+
+
+# ------------------------------------------------------------------- run refuses them too
+
+# Files whose point is a warning are valid for `run` (it has no --strict): they are not refused.
+REFUSED = [p for p in INVALID if not read_header(p).strict]
+
+
+@pytest.mark.parametrize("path", REFUSED, ids=[Path(p).name for p in REFUSED])
+def test_run_refuses_every_invalid_spec(path: str, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``orchestrate run`` prints the same diagnostics on stderr and exits 1 without running anything."""
+    import orchestrator.api
+
+    def no_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"{path}: run would have started a cluster")
+
+    monkeypatch.setattr(orchestrator.api, "run_plan", no_run)
+    code, out, err = run(["run", path], capsys)
+    assert code == 1, out + err
+    assert "Traceback" not in out + err and "internal error" not in err
+    expects = [f"{path}:{expect}" for expect in read_header(path).expects]
+    assert err.splitlines()[0] == expects[0], err
+    assert sorted(line for line in err.splitlines() if line.startswith(f"{path}:")) == sorted(expects), err
+    assert not out, "nothing is printed on stdout: no dashboard link, no placement"
+
+
+RUN_ALL = """\
+import contextlib, io, json, sys
+from orchestrator.cli import run_cli
+
+results = {}
+for path in sys.argv[1:]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = run_cli(["run", path], out=io.StringIO())
+    results[path] = [code, err.getvalue().splitlines()[:1]]
+loaded = sorted({name.split(".")[0] for name in sys.modules} & {"distributed", "tornado", "cupy"})
+print(json.dumps({"results": results, "imported": loaded}))
+"""
+
+
+def test_run_starts_no_cluster_for_any_invalid_spec() -> None:
+    """In a fresh interpreter (this one may have imported distributed for other tests): without
+    ``distributed`` imported, no cluster (LocalCluster, Scheduler, Nanny) can have been started."""
+    done = subprocess.run([sys.executable, "-c", RUN_ALL, *REFUSED], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["imported"] == []
+    for path in REFUSED:
+        code, first = report["results"][path]
+        assert code == 1, (path, first)
+        assert first == [f"{path}:{read_header(path).expects[0]}"], (path, first)
 
 
 @pytest.mark.parametrize("path", [p for p in INVALID if read_header(p).strict],

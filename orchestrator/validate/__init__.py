@@ -26,6 +26,7 @@ from ..model import Document, RunOptions, Spec
 from .checker import Checker
 from .graph import (check_devices, check_kernels, check_ops, check_refs, check_rules, infer_values,
                     topological_order)
+from .loops import check_loops
 from .names import check_name_keys, once_per_copy
 from .outputs import check_outputs
 from .schema import check_schema, schema, schema_text
@@ -48,7 +49,8 @@ def validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
     placement = build_placement(c, data.get("placement") or {}, cluster)
     raw_run = data.get("run") or {}
     run = RunOptions(raw_run.get("output_dir"), bool(raw_run.get("allow_absolute_paths", False)),
-                     int(raw_run.get("retries", 0)), raw_run.get("timeout"), float(raw_run.get("no_workers_timeout", 5)))
+                     int(raw_run.get("retries", 0)), c.seconds(raw_run.get("timeout"), ("run", "timeout")),
+                     c.seconds(raw_run.get("no_workers_timeout", 5), ("run", "no_workers_timeout")) or 5.0)
     if c.too_big:  # a cluster too big to build: nothing later can be checked against it
         return None, sorted(c.diags, key=lambda d: (d.severity != "error", d.line, d.column))
     expansion = expand(doc, data["graph"], cluster)
@@ -66,6 +68,7 @@ def validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
         c.error("cycle", by_name[cycle[0]].path, f"the graph has a cycle: {' -> '.join(cycle)}",
                 "an op cannot depend on itself, directly or through others")
     values = infer_values(c, order, by_name) if not cycles else {}
+    check_loops(c, expansion.loops, values)
     check_devices(c, ops, cluster, placement)
     check_rules(c, ops, placement)
     outputs = check_outputs(c, data, by_name, run, values)

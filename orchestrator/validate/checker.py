@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from dask.utils import parse_bytes
@@ -9,7 +10,7 @@ from dask.utils import parse_bytes
 from ..devices import DeviceSpec
 from ..errors import DeviceSpecError, Diagnostic, YamlPath
 from ..model import Document
-from .schema import short, show
+from .schema import finite_problem, short, show
 
 MAX_SIZE = 2**63 - 1
 """The largest memory size (and array size in bytes) anything downstream can hold: NumPy's and Dask's limit."""
@@ -34,11 +35,20 @@ class Checker:
         self.diags.append(self.doc.diagnostic(code, path, message, hint, "warning", key))
 
     def size(self, value: Any, path: YamlPath) -> int | None:
-        """Bytes of a size (an int, or text for dask's parse_bytes); None, with an error, when unusable."""
+        """Bytes of a size (a number, or text for dask's parse_bytes); None, with an error, when unusable."""
         if value is None:
             return None
         if isinstance(value, int) and not isinstance(value, bool):
             size = value
+        elif isinstance(value, float):  # 2e9: a float in YAML 1.2
+            if not math.isfinite(value):
+                self.error("size", path, *finite_problem(str(path[-1]), value))
+                return None
+            if not value.is_integer():
+                self.error("size", path, f"{show(value)} is not a whole number of bytes",
+                           "write e.g. 512MB, 2GiB or a number of bytes")
+                return None
+            size = int(value)
         else:
             try:
                 size = int(parse_bytes(str(value)))
@@ -57,6 +67,20 @@ class Checker:
                        f"e.g. 2GiB; leave {path[-1]} out for no limit" if path[-1] != "total" else "e.g. 16GiB")
             return None
         return size
+
+    def seconds(self, value: Any, path: YamlPath) -> float | None:
+        """A duration the schema checked is a positive number; None, with an error, for .inf and .nan.
+
+        An infinite timeout would silently mean "no timeout", and NaN compares
+        false with every elapsed time: both are slips, and leaving the key out
+        says "no limit" (or the default).
+        """
+        if value is None:
+            return None
+        if not math.isfinite(value):
+            self.error("duration", path, *finite_problem(str(path[-1]), value))
+            return None
+        return float(value)
 
     def device(self, text: Any, path: YamlPath) -> DeviceSpec | None:
         try:

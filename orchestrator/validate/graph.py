@@ -9,6 +9,7 @@ inside a construct's body is reported as the user wrote it (``'c' in
 from __future__ import annotations
 
 import heapq
+import math
 import re
 from typing import Mapping, Sequence
 
@@ -17,6 +18,7 @@ from ..errors import YamlPath, did_you_mean
 from ..model import Cluster, Op, OpRef, PlacementConfig, ValueInfo
 from ..ops import ShapeError, infer, kernels_of, lookup, user_op_names
 from .checker import MAX_SIZE, Checker
+from .schema import finite_problem
 from .topology import device_exists
 
 FN_PATTERN = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
@@ -93,6 +95,9 @@ def check_ops(c: Checker, ops: Sequence[Op]) -> dict[str, Op]:
         if op.kind == "variable" and "value" not in op.params and "shape" not in op.params and not op.inputs:
             c.error("op-param", op.path, f"variable {label(op)} needs a value, a shape, or an input",
                     "e.g. value: [0.0, 0.0] or shape: [3] with init: zeros")
+        if op.timeout is not None and not math.isfinite(op.timeout):  # the schema lets .inf and .nan through
+            c.error("duration", (*op.path, "timeout") if written(op) else op.path,
+                    *finite_problem("timeout", op.timeout))
     return by_name
 
 
@@ -100,9 +105,13 @@ def _arity_hint(kind: str, input_names: Sequence[str], n: int, hi: int | None) -
     if kind in ("add", "sub", "mul", "div"):
         extra = "; add_n sums any number of inputs" if kind == "add" and hi is not None and n > hi else ""
         return f"{kind} takes inputs: [x, y], or inputs: [x] and scalar: N{extra}"
+    if hi == 0:
+        return f"{kind} makes its value from its parameters: remove inputs"
     if input_names:
         return f"e.g. inputs: [{', '.join(input_names)}]"
-    return "e.g. inputs: [a, b]" if n == 0 else ""
+    if n == 0:
+        return "e.g. inputs: [a, b]"
+    return "add_n sums any number of inputs" if hi is not None and n > hi else "list one op name per input"
 
 
 def _fn_problem(fn: str) -> tuple[str, str]:
@@ -123,7 +132,7 @@ def _fn_problem(fn: str) -> tuple[str, str]:
 def _param_hint(kind: str, key: str) -> str:
     return {"value": "e.g. value: [[1, 2], [3, 4]]", "shape": "e.g. shape: [1000, 100]", "num": "e.g. num: 2",
             "fn": "e.g. fn: mypkg.module:function", "path": "e.g. path: data/x.npy", "dtype": "e.g. dtype: float32"
-            }.get(key, "")
+            }.get(key, f"add {key}: to op '{kind}'")
 
 
 def label(op: Op) -> str:
@@ -203,15 +212,42 @@ def check_ref(c: Checker, ref: OpRef, by_name: Mapping[str, Op], names: Sequence
                what: str, key: bool = False) -> None:
     target = by_name.get(ref.op)
     if target is None:
-        c.error("unknown-input", path, f"{what} is not defined", did_you_mean(ref.op, names) or
-                "name an op defined in the graph, or in the same body", key=key)
+        _check_missing(c, ref, by_name, names, path, what, key)
     elif ref.output is not None and ref.output >= target.outputs:
         c.error("unknown-output", path, f"{what}: op '{ref.op}' has {target.outputs} output"
-                f"{'s' if target.outputs != 1 else ''}", f"use {ref.op}:0 .. {ref.op}:{target.outputs - 1}"
-                if target.outputs > 1 else f"use {ref.op}", key=key)
+                f"{'s' if target.outputs != 1 else ''}", _outputs_hint(target), key=key)
     elif ref.output is None and target.outputs > 1:
         c.error("multi-output", path, f"{what}: op '{ref.op}' has {target.outputs} outputs; say which",
-                f"use {ref.op}:0 .. {ref.op}:{target.outputs - 1}", key=key)
+                _outputs_hint(target), key=key)
+
+
+def _check_missing(c: Checker, ref: OpRef, by_name: Mapping[str, Op], names: Sequence[str], path: YamlPath,
+                   what: str, key: bool) -> None:
+    """A reference to no op: an op that is not there, or a defined op with an index that is not one.
+
+    ``OpRef.parse`` reads only ``NAME:<digits>`` as an output index, so
+    ``s:-1``, ``s:x`` or ``s:`` stay whole names, which no op has (names cannot
+    contain ':'). When the part before the last ':' is an op, the index is the
+    mistake, not the name.
+    """
+    name, colon, index = ref.op.rpartition(":")
+    target = by_name.get(name) if colon else None
+    if target is None:
+        c.error("unknown-input", path, f"{what} is not defined", did_you_mean(ref.op, names) or
+                "name an op defined in the graph, or in the same body", key=key)
+    elif not index.strip():
+        c.error("unknown-output", path, f"{what} names no output index after ':'", _outputs_hint(target), key=key)
+    else:
+        shown = index if re.fullmatch(r"[-+]?\d+", index) else f"'{index}'"
+        c.error("unknown-output", path, f"{what}: output index {shown} of op '{name}' is not valid; it has "
+                f"{target.outputs} output{'s' if target.outputs != 1 else ''}", _outputs_hint(target), key=key)
+
+
+def _outputs_hint(target: Op) -> str:
+    """How to name the outputs of an op: ``use s:0 .. s:3``, or the bare name for one output."""
+    if target.outputs > 1:
+        return f"use {target.name}:0 .. {target.name}:{target.outputs - 1}"
+    return f"use {target.name}"
 
 
 def topological_order(ops: Sequence[Op], by_name: Mapping[str, Op]) -> tuple[list[Op], list[list[str]]]:
@@ -283,7 +319,8 @@ def infer_values(c: Checker, order: Sequence[Op], by_name: Mapping[str, Op]) -> 
                 # Point at the field at fault when the user wrote it (value, shape,
                 # axis), else at the inputs whose shapes do not fit.
                 field = exc.key if exc.key in op.params else "inputs" if op.inputs and exc.key is None else None
-                c.error("shape", (*op.path, field) if field and written(op) else op.path, message, exc.hint)
+                c.error("shape", (*op.path, field) if field and written(op) else op.path, message,
+                        exc.hint or "check the shapes of its inputs and parameters")
             values[op.name] = tuple(unknown for _ in range(op.outputs))
         except (KeyError, TypeError, ValueError, IndexError, OverflowError):
             values[op.name] = tuple(unknown for _ in range(op.outputs))

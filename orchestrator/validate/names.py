@@ -8,7 +8,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..constructs import construct_of
 from ..errors import Diagnostic, YamlPath
 from .checker import Checker
-from .schema import show
+from .schema import non_text_key, show, written
+
 
 def check_name_keys(c: Checker, data: Mapping[str, Any]) -> None:
     """Keys that are names (jobs, outputs, state variables, keyword parameters, ...) must be text.
@@ -21,12 +22,16 @@ def check_name_keys(c: Checker, data: Mapping[str, Any]) -> None:
         if not isinstance(mapping, dict):
             return
         for key in mapping:
-            if not isinstance(key, str):
-                kind = "null" if key is None else "a boolean" if isinstance(key, bool) else \
-                    "a number" if isinstance(key, (int, float)) else "not text"
-                hint = f"quote it to make it a name: '{show(key)}'" + (
-                    "; YAML reads yes, no, on and off as booleans" if isinstance(key, bool) else "")
-                c.error("key-type", (*path, str(key)), f"key {show(key)} is {kind}; names are text", hint, key=True)
+            if isinstance(key, bool):
+                # 'on:' is True to YAML 1.1: name the key as written, with the hint the schema's check gives.
+                spelled = written(c.doc, (*path, str(key)), key=True) or show(key)
+                kind, hint = non_text_key(key, spelled)
+                c.error("key-type", (*path, spelled), f"key '{spelled}' is read as {kind}; names are text", hint,
+                        key=True)
+            elif not isinstance(key, str):
+                kind = "null" if key is None else "a number" if isinstance(key, (int, float)) else "not text"
+                c.error("key-type", (*path, str(key)), f"key {show(key)} is {kind}; names are text",
+                        f"quote it to make it a name: '{show(key)}'", key=True)
 
     def items(graph: Sequence[Any], path: YamlPath) -> None:
         for index, item in enumerate(graph):
