@@ -79,11 +79,15 @@ def _compile_strict(definition: dict[str, Any]) -> Callable[[Any], Any]:
 
     code = fastjsonschema.compile_to_code(definition)
     strict = _INTEGRAL_FLOAT_CLAUSE.sub("", code)
+    entry = _ENTRY.search(strict)  # the schema's own function comes first; its name follows the $id
     namespace: dict[str, Any] = {}
-    if "is_integer()" not in strict:
+    if entry is not None and "is_integer()" not in strict:
         exec(compile(strict, "<spec schema>", "exec"), namespace)  # what fastjsonschema.compile does
-    validator = namespace.get("validate")
+    validator = namespace.get(entry.group(1)) if entry is not None else None
     return validator if callable(validator) else _reject_all
+
+
+_ENTRY = re.compile(r"^def (\w+)\(data\b", re.MULTILINE)
 
 
 def _reject_all(data: Any) -> Any:
