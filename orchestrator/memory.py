@@ -53,10 +53,14 @@ def schedule(plan: Plan, granularity: str = "partition") -> tuple[tuple[str, ...
     body_of = {name: loop for loop in spec.loops for name in loop.body}
     outer = [p.op for p in plan.placements if p.op not in body_of]
     units = [part.ops for part in partition(plan, outer)]
-    for loop in spec.loops:  # one step of each loop: its body's partitions
+    for loop in spec.loops:  # one step of each loop: its body's partitions (a loop inside it is its own)
         placeholders = {var.placeholder for var in loop.state}
-        units += [(name,) for name in loop.body if name in placeholders]
-        units += [part.ops for part in partition(plan, list(loop.body), external=placeholders)]
+        inner = {name for other in spec.loops if other.name.startswith(loop.name + "/") for name in other.body}
+        inner |= {o.name for other in spec.loops if other.name.startswith(loop.name + "/") for o in spec.ops
+                  if o.name.startswith(other.name + ".")}
+        body = [name for name in loop.body if name not in inner]
+        units += [(name,) for name in body if name in placeholders]
+        units += [part.ops for part in partition(plan, body, external=placeholders)]
     position = {p.op: i for i, p in enumerate(plan.placements)}
     # a unit runs where its first op falls in the plan's order: loops stay between the stages around them
     return tuple(sorted(units, key=lambda unit: position[unit[0]]))

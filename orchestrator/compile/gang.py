@@ -50,7 +50,7 @@ def gang_blocker(plan: Plan, loop: Loop) -> str:
     for name in loop.body:
         if plan.placement(name).device.device_index == ANY and name not in placeholders:
             return f"op '{name}' runs on GPU:* (Dask picks its GPU at run time, so its peers cannot know where)"
-    other = next((lp.name for lp in spec.loops if lp is not loop and set(lp.body) & body), None)
+    other = next((lp.name for lp in spec.loops if lp.name.startswith(loop.name + "/")), None)
     if other is not None:
         return f"it holds the loop '{other}'"
     for var in loop.state:
@@ -63,7 +63,11 @@ def gang_blocker(plan: Plan, loop: Loop) -> str:
 
 
 def loop_mode(plan: Plan, loop: Loop, granularity: str) -> tuple[str, str]:
-    """How ``loop`` runs at ``granularity``: ``gang``, ``partition`` or ``op``, and in words why."""
+    """How ``loop`` runs at ``granularity``: ``nested``, ``gang``, ``partition`` or ``op``, and in words why."""
+    inner = [lp.name for lp in plan.spec.loops if lp is not loop and lp.name.startswith(loop.name + "/")]
+    if inner:
+        return "nested", (f"step by step, because it holds the loop '{inner[0]}': each step runs its own ops, "
+                          "then that loop")
     if granularity == "op":
         return "op", "a task per op per step (--granularity op)"
     blocker = gang_blocker(plan, loop)
@@ -82,15 +86,16 @@ def _element(plan: Plan, ref: OpRef) -> int:
     return ref.output if ref.output is not None and plan.spec.op(ref.op).outputs > 1 else -1
 
 
-def compile_gang_prep(plan: Plan, loop: Loop, state: LoopState,
-                      options: CompileOptions) -> tuple[CompiledGraph, LoopState]:
+def compile_gang_prep(plan: Plan, loop: Loop, state: LoopState, options: CompileOptions,
+                      offset: int = 0) -> tuple[CompiledGraph, LoopState]:
     """Before the first window: every outer value, and each state's initial value, on the devices reading them."""
     spec = plan.spec
     body = set(loop.body)
     placeholders = {var.placeholder: var for var in loop.state}
     outer_keys = {located.key for located in state.known.values()}
     builder = GraphBuilder(plan, options.token, options.base_dir,
-                           suffix=f"-{options.token}-L{spec.loops.index(loop)}prep", known_moves=state.outer_moves,
+                           suffix=f"-{options.token}-L{spec.loops.index(loop)}prep{offset}",
+                           known_moves=state.outer_moves,
                            shared_keys=outer_keys, out_dir=options.out_dir, task_names=options.task_names)
     placed: dict[tuple[str, str], tuple[str, int | None]] = {}
     for name in loop.body:
@@ -110,12 +115,12 @@ def compile_gang_prep(plan: Plan, loop: Loop, state: LoopState,
     return compiled, LoopState(state.carried, state.known, {**state.outer_moves, **moves}, placed, {})
 
 
-def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState,
-                        options: CompileOptions) -> CompiledWindow:
-    """One task per device running its body ops for steps ``start .. start + window - 1``."""
+def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, options: CompileOptions,
+                        offset: int = 0) -> CompiledWindow:
+    """One task per device running its body ops for steps ``start .. start + window - 1`` (plus ``offset``)."""
     spec = plan.spec
     index = spec.loops.index(loop)
-    suffix = f"-{options.token}-L{index}w{start}"
+    suffix = f"-{options.token}-L{index}w{offset + start}"
     last = min(loop.steps, start + loop.window)
     builder = GraphBuilder(plan, options.token, options.base_dir, suffix=suffix, out_dir=options.out_dir,
                            task_names=options.task_names)
@@ -206,7 +211,8 @@ def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState,
                 frees[j].append(j)
         n_args = len(args)
         controls = [TaskRef(previous)] if previous is not None and not owned else []
-        payload = WindowTask(index, options.token, d, start, last - start, tuple(builder.op_task(n, 0) for n in mine),
+        payload = WindowTask(index, options.token, d, offset + start, last - start, start == 0,
+                             tuple(builder.op_task(n, 0) for n in mine),
                              tuple(inputs), tuple(tuple((r, e, tuple(to)) for r, e, to in sends[d].get(j, ()))
                                                   for j in range(len(mine))),
                              tuple(received), tuple(rules), tuple(metrics), tuple(tuple(sorted(f)) for f in frees),

@@ -40,8 +40,13 @@ def loop_start(plan: Plan, loop: Loop, known: Mapping[str, Located]) -> LoopStat
     return LoopState({var.name: lookup_value(known, var.init) for var in loop.state}, dict(known), {})
 
 
-def compile_window(plan: Plan, loop: Loop, start: int, state: LoopState, options: CompileOptions) -> CompiledWindow:
-    """One window of ``loop`` with a task per op or per device partition, step by step."""
+def compile_window(plan: Plan, loop: Loop, start: int, state: LoopState, options: CompileOptions,
+                   offset: int = 0) -> CompiledWindow:
+    """One window of ``loop`` with a task per op or per device partition, step by step.
+
+    ``offset`` is added to every step number (a loop inside a loop: its steps of one outer step are
+    ``outer step x steps + 0 .. steps - 1``), so keys and random draws differ from one outer step to the next.
+    """
     spec = plan.spec
     body = set(loop.body)
     order = [p.op for p in plan.placements if p.op in body]
@@ -56,7 +61,8 @@ def compile_window(plan: Plan, loop: Loop, start: int, state: LoopState, options
     parts = partition(plan, order, external=state_of) if by_partition else ()
     wanted = [str(var.update) for var in loop.state] + [str(ref) for _, ref in loop.metrics]
     returns = published(plan, parts, wanted) if by_partition else {}
-    builder = GraphBuilder(plan, options.token, options.base_dir, suffix=f"-{options.token}-L{index}w{start}",
+    builder = GraphBuilder(plan, options.token, options.base_dir,
+                           suffix=f"-{options.token}-L{index}w{offset + start}",
                            known_moves=state.outer_moves, shared_keys=outer_keys, out_dir=options.out_dir,
                            task_names=options.task_names,
                            readers=partition_readers(plan, parts) if by_partition else None)
@@ -64,7 +70,7 @@ def compile_window(plan: Plan, loop: Loop, start: int, state: LoopState, options
     metric_keys: list[tuple[str, ...]] = []
     sink_keys: list[str] = []
     last = min(loop.steps, start + loop.window)
-    for step in range(start, last):
+    for step in range(offset + start, offset + last):
         suffix = f"-{options.token}-{step}"
         values: dict[str, Located] = {}
         done: dict[str, Located] = {}

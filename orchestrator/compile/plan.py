@@ -16,12 +16,14 @@ def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool
                  only: Collection[str] | None = None, known: Mapping[str, Located] | None = None,
                  outputs: Collection[str] | None = None, out_dir: str | None = None,
                  task_names: TaskNames = "op", granularity: Granularity = "partition",
-                 known_done: Mapping[str, Located] | None = None) -> CompiledGraph:
+                 known_done: Mapping[str, Located] | None = None, step: int | None = None) -> CompiledGraph:
     """Build the graph of ``only`` these ops (default: all), reading ``known`` values already computed.
 
     ``outputs`` are the refs to fetch (default: the spec's outputs that this
     graph can produce). ``known_done`` locates the tasks that completed ops of
-    earlier graphs (for control edges onto them).
+    earlier graphs (for control edges onto them). ``step`` is the step of an
+    enclosing loop that runs step by step (a loop holding another): its ops
+    run at that step, under keys of their own.
     """
     if granularity not in GRANULARITIES:
         raise ValueError(f"unknown granularity '{granularity}' (choose one of {', '.join(GRANULARITIES)})")
@@ -30,11 +32,12 @@ def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool
     chosen = set(only) if only is not None else None
     names = [p.op for p in plan.placements if p.op not in values and (chosen is None or p.op in chosen)]
     wanted = [str(o.ref) for o in spec.outputs] if outputs is None else list(outputs)
+    suffix = "" if step is None else f"-{token}-s{step}"
     if granularity == "op":
-        builder = GraphBuilder(plan, token, base_dir, out_dir=out_dir, task_names=task_names)
+        builder = GraphBuilder(plan, token, base_dir, suffix=suffix, out_dir=out_dir, task_names=task_names)
     else:
         parts = partition(plan, names)
-        builder = GraphBuilder(plan, token, base_dir, out_dir=out_dir, task_names=task_names,
+        builder = GraphBuilder(plan, token, base_dir, suffix=suffix, out_dir=out_dir, task_names=task_names,
                                readers=partition_readers(plan, parts))
 
     def resolve(ref: OpRef) -> Located:
@@ -47,7 +50,7 @@ def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool
     sinks: list[str] = []
     if granularity == "op":
         for name in names:
-            values[name] = done[name] = builder.add_op(name, resolve)
+            values[name] = done[name] = builder.add_op(name, resolve, step=step or 0)
         consumed = {ref.op for op in spec.ops for ref in op.inputs} | {a for op in spec.ops for a in op.after}
         consumed |= {out.ref.op for out in spec.outputs}
         # Ops nothing reads and no output names still run (a save, a side effect): the runner
@@ -59,7 +62,7 @@ def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool
         waited_for = {a for op in spec.ops for a in op.after if home.get(a) != home.get(op.name)}
         returns = published(plan, parts, [t for t in wanted if OpRef.parse(t).op in set(names)])
         for part in parts:
-            values.update(builder.add_partition(part, resolve, done.__getitem__, returns[part.index]))
+            values.update(builder.add_partition(part, resolve, done.__getitem__, returns[part.index], step=step or 0))
             key = builder.last_key
             for name in part.ops:
                 done[name] = Located(key, part.device)

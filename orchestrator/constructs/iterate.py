@@ -16,6 +16,11 @@ from ..model import Loop, Op, OpRef, StateVar
 from .base import Chain, Expander, Resolver
 
 
+MAX_STEPS = 10_000_000
+"""Bound on a loop's steps. A loop's metrics keep one value per step on the client, and every step is
+at least one round of work on the cluster: ``steps: 1e12`` is a slip, not a plan (it would run for years)."""
+
+
 class Iterate:
     key: str = "iterate"
     name_fields: tuple[str, ...] = ("state", "update", "metrics")
@@ -31,6 +36,12 @@ class Iterate:
         name, spec = prefix + str(item["name"]), item["iterate"]
         ipath = (*path, "iterate")
         body, state, update = spec["body"], dict(spec["state"]), dict(spec["update"])
+        if int(spec["steps"]) > MAX_STEPS:
+            ex.diagnostics.append(ex.doc.diagnostic(
+                "loop-steps", (*ipath, "steps"), f"steps: {int(spec['steps']):,} is more than the "
+                f"{MAX_STEPS:,} a loop may run", "split the work into several runs or loops; a loop keeps one value "
+                "of each metric per step on the client"))
+            return
         step_prefix = f"{name}/"
         first = len(ex.ops)
         subs: dict[str, OpRef] = {}

@@ -37,6 +37,12 @@ from ..errors import RunError
 from ..model import CompiledGraph, CompiledWindow, Located, Loop, OpRef, Plan
 
 
+def _parent(loop: Loop, loops: Sequence[Loop]) -> str | None:
+    """The innermost loop holding ``loop`` (its body names start with that loop's name and '/')."""
+    holders = [other.name for other in loops if other is not loop and loop.name.startswith(other.name + "/")]
+    return max(holders, key=len) if holders else None
+
+
 class Submitter(Protocol):
     """What the loop driver needs of the runner: send graphs, wait for keys, place a client value."""
 
@@ -62,38 +68,60 @@ class StagedRun:
     sinks: list[Any] = field(default_factory=list)
     done: dict[str, Located] = field(default_factory=dict)  # op -> the task that completed it (control edges)
     modes: dict[str, str] = field(default_factory=dict)  # loop -> how its windows ran, and why
+    known_ops: set[str] = field(default_factory=set)  # ops whose values (or completion) are known now
+    parent: dict[str, str | None] = field(default_factory=dict)  # loop -> the loop holding it
+    readers: dict[str, set[str]] = field(default_factory=dict)  # op -> the ops that read it (or wait for it)
+    output_ops: set[str] = field(default_factory=set)
 
     def deps(self, name: str) -> set[str]:
         op = self.plan.spec.op(name)
         return {ref.op for ref in op.inputs} | set(op.after)
 
     def run(self) -> dict[str, Any]:
-        spec, plan = self.plan.spec, self.plan
-        loops = spec.loops
-        for loop in loops:
-            outer = next((o for o in loops if loop is not o and loop.name.startswith(o.name + "/")), None)
-            if outer is not None:
-                raise RunError(f"iterate '{loop.name}' is inside iterate '{outer.name}'; nested loops cannot run "
-                               "(flatten them into one loop with more state)")
-        body_of = {name: loop for loop in loops for name in loop.body}
-        exports = {op.name for loop in loops for op in spec.ops if op.name.startswith(loop.name + ".")}
-        order = [p.op for p in plan.placements]
-        outer_ops = [name for name in order if name not in body_of and name not in exports]
-        readers: dict[str, set[str]] = {}
-        for name in order:
-            for dep in self.deps(name):
-                readers.setdefault(dep, set()).add(name)
-        output_ops = {o.ref.op for o in spec.outputs}
-        done: set[str] = set()
-        pending = list(loops)
+        spec = self.plan.spec
+        self.parent = {loop.name: _parent(loop, spec.loops) for loop in spec.loops}
+        self.readers: dict[str, set[str]] = {}
+        for p in self.plan.placements:
+            for dep in self.deps(p.op):
+                self.readers.setdefault(dep, set()).add(p.op)
+        self.output_ops = {o.ref.op for o in spec.outputs}
+        self.run_scope(None, None)
+        return self.outputs()
+
+    def scope_ops(self, loop: Loop | None) -> list[str]:
+        """The ops a scope runs itself (the top level, or one loop's body), without its loops' bodies."""
+        spec = self.plan.spec
+        inner = [lp for lp in spec.loops if self.parent[lp.name] == (loop.name if loop else None)]
+        taken = {name for lp in inner for name in lp.body} | {o.name for lp in inner for o in spec.ops
+                                                             if o.name.startswith(lp.name + ".")}
+        if loop is None:
+            in_loops = {name for lp in spec.loops for name in lp.body}
+            exports = {o.name for lp in spec.loops for o in spec.ops if o.name.startswith(lp.name + ".")}
+            mine = [p.op for p in self.plan.placements if p.op not in in_loops and p.op not in exports]
+        else:
+            placeholders = {var.placeholder for var in loop.state}
+            mine = [p.op for p in self.plan.placements if p.op in set(loop.body) and p.op not in placeholders]
+        return [name for name in mine if name not in taken]
+
+    def run_scope(self, loop: Loop | None, step: int | None) -> None:
+        """Run a scope's ops in stages, and its loops in order, each when what it reads is ready.
+
+        ``step``: the step of the enclosing loop (a loop run step by step because it holds others).
+        """
+        spec = self.plan.spec
+        ops = self.scope_ops(loop)
+        pending = [lp for lp in spec.loops if self.parent[lp.name] == (loop.name if loop else None)]
+        done = set(self.known_ops)
+        remaining = list(ops)
         while True:
             ready: list[str] = []
-            for name in outer_ops:
-                if name not in done and all(d in done or d in ready for d in self.deps(name)):
+            for name in remaining:
+                if all(d in done or d in ready for d in self.deps(name)):
                     ready.append(name)
             if ready:
-                self.run_outer(ready, readers, output_ops)
+                self.run_outer(ready, step)
                 done |= set(ready)
+                remaining = [name for name in remaining if name not in done]
             if not pending:
                 break
             next_loop = next((lp for lp in pending if all(
@@ -103,16 +131,17 @@ class StagedRun:
                     continue
                 raise RunError("cannot order the loops of this spec: a loop reads a value made after it")
             pending.remove(next_loop)
-            self.run_loop(next_loop)
-            done |= set(next_loop.body) | {n for n in exports if n.startswith(next_loop.name + ".")}
-        return self.outputs()
+            self.run_loop(next_loop, 0 if step is None else step * next_loop.steps)
+            finished = set(next_loop.body) | {o.name for o in spec.ops if o.name.startswith(next_loop.name + ".")}
+            done |= finished
+            self.known_ops |= finished
 
-    def run_outer(self, ready: list[str], readers: Mapping[str, set[str]], output_ops: set[str]) -> None:
+    def run_outer(self, ready: list[str], step: int | None) -> None:
         compiled = compile_plan(self.plan, self.options.token, self.options.base_dir, only=ready, known=self.known,
                                 outputs=[], out_dir=self.options.out_dir, task_names=self.options.task_names,
-                                granularity=self.options.granularity, known_done=self.done)
+                                granularity=self.options.granularity, known_done=self.done, step=step)
         chosen = set(ready)
-        later = {n for n in ready if readers.get(n, set()) - chosen or n in output_ops}
+        later = {n for n in ready if self.readers.get(n, set()) - chosen or n in self.output_ops}
         needed = list(dict.fromkeys(
             [located.key for text, located in compiled.values.items()
              if text not in self.known and OpRef.parse(text).op in later] +
@@ -122,18 +151,74 @@ class StagedRun:
         self.known.update(compiled.values)
         self.done.update({name: Located(key, self.plan.placement(name).device) for name, key in compiled.done.items()})
         self.held.update({k: futures[k] for k in needed})
+        self.known_ops |= set(ready)
 
-    def run_loop(self, loop: Loop) -> None:
+    def run_loop(self, loop: Loop, offset: int) -> None:
+        """Run a loop: in windows of steps, or step by step when it holds loops of its own.
+
+        ``offset``: the number of its first step (inside an outer loop's step s: s x steps), so that
+        every step of every pass has keys, random draws and messages of its own.
+        """
         state = loop_start(self.plan, loop, self.known)
-        gang = self.window_mode(loop) == "gang"
-        if gang:
-            state = self.prepare_gang(loop, state)
+        mode = self.window_mode(loop)
         series: dict[str, list[Any]] = {name: [] for name, _ in loop.metrics}
+        if mode == "nested":
+            state = self.run_steps(loop, state, offset, series)
+        else:
+            state = self.run_windows(loop, state, offset, series, gang=mode == "gang")
+        self.export(loop, state, series)
+
+    def run_steps(self, loop: Loop, state: LoopState, offset: int, series: dict[str, list[Any]]) -> LoopState:
+        """A loop holding loops: each step runs its body's ops and inner loops as stages of their own."""
+        carried = dict(state.carried)
+        placeholders = {var.placeholder: var for var in loop.state}
+        scope = {o.name for o in self.plan.spec.ops if o.name.startswith(loop.name + "/")}  # with inner loops
+        for step in range(loop.steps):
+            before = set(self.held)
+            # every op of the body runs again this step: forget where last step's values were
+            self.known_ops -= scope
+            for table in (self.known, self.done):
+                for text in [t for t in table if OpRef.parse(t).op in scope]:
+                    del table[text]
+            for name, var in placeholders.items():  # this step's state: what the last step left
+                self.known[name] = carried[var.name]
+                self.done[name] = carried[var.name]
+            self.known_ops |= set(placeholders)
+            self.run_scope(loop, offset + step)
+            carried = {var.name: lookup_value(self.known, var.update) for var in loop.state}
+            for (name, ref), value in zip(loop.metrics, self.fetch([str(ref) for _, ref in loop.metrics])):
+                series[name].append(np.asarray(value))
+            keep = {located.key for located in carried.values()}
+            for key in set(self.held) - before - keep:  # this step's values: done with, but for the state
+                del self.held[key]
+            self.submitter.loop_progress(loop.name, step + 1, loop.steps)
+        return LoopState(carried, state.known, state.outer_moves)
+
+    def fetch(self, refs: list[str]) -> list[Any]:
+        """Values of this step on the client (a loop's metrics, read step by step)."""
+        if not refs:
+            return []
+        values = {text: lookup_value(self.known, OpRef.parse(text)) for text in refs}
+        fetch = compile_fetch(self.plan, values, self.options)
+        if fetch is not None:
+            wanted = dict(fetch.output_keys)
+            futures = {**self.held, **self.submitter.submit(fetch, list(wanted.values()))}
+        else:
+            wanted = {text: located.key for text, located in values.items()}
+            futures = self.held
+        got = self.submitter.gather(wanted, futures, [])
+        return [got[text] for text in refs]
+
+    def run_windows(self, loop: Loop, state: LoopState, offset: int, series: dict[str, list[Any]],
+                    gang: bool) -> LoopState:
+        """A loop of ops only: windows of steps, two in flight, compiled as gang windows or per step."""
+        if gang:
+            state = self.prepare_gang(loop, state, offset)
         in_flight: tuple[CompiledWindow, dict[str, Any]] | None = None
         carried_futures: dict[str, Any] = {}
         for start in range(0, loop.steps, loop.window):
-            window = compile_gang_window(self.plan, loop, start, state, self.options) if gang else \
-                compile_window(self.plan, loop, start, state, self.options)
+            window = compile_gang_window(self.plan, loop, start, state, self.options, offset) if gang else \
+                compile_window(self.plan, loop, start, state, self.options, offset)
             wanted = [c.key for c in window.carried.values()] + [k for keys in window.metric_keys for k in keys] + \
                 list(window.sink_keys) + list(window.persistent_moves.values())
             futures = self.submitter.submit(window.graph, wanted)
@@ -146,6 +231,10 @@ class StagedRun:
         if in_flight is not None:
             self.collect(loop, series, *in_flight)
         self.held.update(carried_futures)
+        return state
+
+    def export(self, loop: Loop, state: LoopState, series: dict[str, list[Any]]) -> None:
+        """After a loop: its final states where they live, its metric series from the client."""
         for var in loop.state:
             self.notes[var.placeholder] = f"state of loop '{loop.name}': the carried value, read where it lives"
             self.known[f"{loop.name}.{var.name}"] = state.carried[var.name]
@@ -161,14 +250,14 @@ class StagedRun:
             self.notes[export] = f"metric series of loop '{loop.name}', gathered by the client"
 
     def window_mode(self, loop: Loop) -> str:
-        """``gang`` (a task per device per window), else ``partition`` or ``op`` (tasks per step); says why."""
+        """``nested`` (step by step), ``gang`` (a task per device per window), else ``partition`` or ``op``."""
         mode, why = loop_mode(self.plan, loop, self.options.granularity)
         self.modes[loop.name] = f"{mode}: {why}"
         return mode
 
-    def prepare_gang(self, loop: Loop, state: LoopState) -> LoopState:
+    def prepare_gang(self, loop: Loop, state: LoopState, offset: int) -> LoopState:
         """Move what the loop reads to its devices, and wait: a window's tasks may wait for nothing else."""
-        prep, state = compile_gang_prep(self.plan, loop, state, self.options)
+        prep, state = compile_gang_prep(self.plan, loop, state, self.options, offset)
         futures = self.submitter.submit(prep, list(prep.sink_keys))
         self.held.update(futures)
         self.submitter.gather({}, futures, list(futures))

@@ -54,8 +54,9 @@ class WindowTask:
     loop: int  # the loop's index in the spec (tags of values sent)
     run: str
     device: str
-    start: int  # the window's first step
+    start: int  # the window's first step (counted across the steps of enclosing loops)
     steps: int
+    first: bool  # the loop's first window: states start from values moved here before the loop
     ops: tuple[OpTask, ...]  # this device's body ops, in the plan's order
     inputs: tuple[tuple[Source, ...], ...]  # per op
     sends: tuple[tuple[tuple[str, int, tuple[str, ...]], ...], ...]  # per op: (value, element, to devices)
@@ -79,7 +80,7 @@ def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
     for v, rule in enumerate(task.states):
         if rule.first is not None and rule.first[0] == ARG:
             state[v] = _element(outer[rule.first[1]], rule.first[2])
-    if task.start > 0:  # carried in from the last window: the owner passes it on to its readers elsewhere
+    if not task.first:  # carried in from the last window: the owner passes it on to its readers elsewhere
         for v, rule in enumerate(task.states):
             if rule.update is not None and rule.send_to:
                 out.add(task.start, f"state:{rule.name}", state[v], rule.send_to)
