@@ -156,6 +156,30 @@ def test_locate_in_a_large_mapping_and_last_key_wins() -> None:
     assert doc.locate(("k100",)) == (1, 1)
 
 
+def test_keys_that_are_not_text_are_also_found_by_their_spelling(loader_class: type) -> None:
+    """Diagnostics name ``on:`` as the user wrote it; its path must still lead to it."""
+    doc = parse("a: {on: 1, 'on': 2}\nb: {yes: 1, x: 2}\n" + "big:\n" + "".join(f"  k{i}: {i}\n" for i in range(40))
+                + "  Off: 3\n", loader_class)
+    assert doc.data["a"] == {True: 1, "on": 2}
+    assert doc.locate(("b", "yes"), key=True) == (2, 5)
+    assert doc.locate(("big", "Off"), key=True) == (44, 3)  # a mapping large enough to be indexed
+    assert doc.locate(("a", "on"), key=True) == (1, 12)  # text written as text comes first
+    assert doc.locate(("a", "True"), key=True) == (1, 5)
+
+
+def test_the_written_text_of_keys_and_values(loader_class: type) -> None:
+    doc = parse("a: {on: 1e3, NO: x}\nb: [0x1f, '1.50']\nc: {k: [1]}\n", loader_class)
+    written = doc.locate_fn.written  # type: ignore[attr-defined]
+    assert written(("a", "True"), True) == "on"
+    assert written(("a", "on"), True) == "on"
+    assert written(("a", "False"), True) == "NO"
+    assert written(("a", "True")) == "1e3"
+    assert written(("b", 0)) == "0x1f" and written(("b", 1)) == "1.50"
+    assert written(("b", 0), True) is None  # a list item has no key
+    assert written(("c", "k")) is None  # not a scalar
+    assert written(("missing",)) is None and written(("a", "x")) is None
+
+
 def test_locate_keys_that_came_from_a_merge(loader_class: type) -> None:
     text = "base: &b\n  x: 1\n  y: 2\nop:\n  <<: *b\n  x: 5\n"
     doc = parse(text, loader_class)

@@ -317,6 +317,169 @@ def test_did_you_mean_inside_a_body_suggests_the_local_name(tmp_path: Path) -> N
     assert error.path == ("graph", 1, "replicate", "body", 1, "inputs", 0)
 
 
+# ------------------------------------------------------------------- output indexes
+
+
+SPLIT = """\
+version: 1
+graph:
+  - {name: x, op: ones, shape: [8]}
+  - {name: parts, op: split, inputs: [x], num: 4}
+  - {name: one, op: square, inputs: [x]}
+"""
+
+
+@pytest.mark.parametrize("ref, message, hint", [
+    ("parts:-1", "input 'parts:-1' of op 'y': output index -1 of op 'parts' is not valid; it has 4 outputs",
+     "use parts:0 .. parts:3"),
+    ("parts:-0", "input 'parts:-0' of op 'y': output index -0 of op 'parts' is not valid; it has 4 outputs",
+     "use parts:0 .. parts:3"),
+    ("parts:last", "input 'parts:last' of op 'y': output index 'last' of op 'parts' is not valid; it has 4 outputs",
+     "use parts:0 .. parts:3"),
+    ("parts:", "input 'parts:' of op 'y' names no output index after ':'", "use parts:0 .. parts:3"),
+    ("parts: 1", "input 'parts: 1' of op 'y': output index ' 1' of op 'parts' is not valid; it has 4 outputs",
+     "use parts:0 .. parts:3"),
+    ("one:-1", "input 'one:-1' of op 'y': output index -1 of op 'one' is not valid; it has 1 output", "use one"),
+    # still what they were: a name that is not there, an index past the end
+    ("prats:-1", "input 'prats:-1' of op 'y' is not defined", "did you mean 'parts'?"),
+    ("parts:4", "input 'parts:4' of op 'y': op 'parts' has 4 outputs", "use parts:0 .. parts:3"),
+])
+def test_an_output_index_that_is_not_one_is_a_bad_index(tmp_path: Path, ref: str, message: str, hint: str) -> None:
+    """OpRef.parse reads only NAME:<digits> as an index: 'parts:-1' was once reported as an undefined op."""
+    error = only_error(check(tmp_path, SPLIT + f'  - {{name: y, op: identity, inputs: ["{ref}"]}}\n'))
+    assert (error.message, error.hint) == (message, hint)
+    assert (error.line, error.path) == (6, ("graph", 3, "inputs", 0))
+
+
+def test_a_bad_output_index_in_outputs_and_in_an_update(tmp_path: Path) -> None:
+    checked = check(tmp_path, SPLIT + """\
+  - name: train
+    iterate:
+      steps: 2
+      state: {w: x}
+      body:
+        - {name: halves, op: split, inputs: [w], num: 2}
+        - {name: next, op: concat, inputs: ["halves:1", "halves:0"]}
+      update: {w: "next:-1"}
+outputs:
+  parts:-1: last.npy
+""")
+    assert sorted(rendered(checked)) == [
+        "spec.yaml:13:19: graph[3].iterate.update.w: the update 'next:-1' of state 'w' in 'train': output index -1 "
+        "of op 'next' is not valid; it has 1 output (use next)",
+        "spec.yaml:15:3: outputs.parts:-1: op 'parts:-1' named in outputs: output index -1 of op 'parts' is not "
+        "valid; it has 4 outputs (use parts:0 .. parts:3)",
+    ]
+
+
+# ------------------------------------------------------------------- keys YAML 1.1 reads as booleans
+
+
+BOOL_HINT = "YAML 1.1 reads yes/no, on/off and true/false as booleans"
+
+
+@pytest.mark.parametrize("text, where, message", [
+    # unknown keys (the schema's check)
+    ("graph:\n  - {name: a, op: ones, shape: [2], on: /cpu:0}", "3:37: graph[0].on",
+     "unknown key 'on', which YAML reads as the boolean true"),
+    ("on: push\ngraph:\n  - {name: a, op: ones, shape: [2]}", "2:1: on",
+     "unknown key 'on', which YAML reads as the boolean true"),
+    ("cluster: {jobs: {worker: {gpus: 1, gpu_memory: {Off: 1}}}}\ngraph:\n  - {name: a, op: ones, shape: [2]}",
+     "2:49: cluster.jobs.worker.gpu_memory.Off", "unknown key 'Off', which YAML reads as the boolean false"),
+    ("placement:\n  rules:\n    - {match: {op: ones}, device: /cpu:0, YES: 1}\ngraph:\n  - {name: a, op: ones, shape: [2]}",
+     "4:43: placement.rules[0].YES", "unknown key 'YES', which YAML reads as the boolean true"),
+    # keys that are names (names.py)
+    ("graph:\n  - {name: a, op: ones, shape: [2]}\n  - {name: b, op: call, fn: 'm:f', inputs: [a], params: {no: 3}}",
+     "4:58: graph[1].params.no", "key 'no' is read as the boolean false; names are text"),
+    ("graph:\n  - {name: a, op: ones, shape: [2]}\n  - {name: b, op: call, fn: 'm:f', inputs: {on: a}}",
+     "4:45: graph[1].inputs.on", "key 'on' is read as the boolean true; names are text"),
+    ("cluster: {jobs: {yes: {gpus: 1}}}\ngraph:\n  - {name: a, op: ones, shape: [2]}",
+     "2:18: cluster.jobs.yes", "key 'yes' is read as the boolean true; names are text"),
+])
+def test_a_key_yaml_reads_as_a_boolean_is_named_as_written_with_a_quote_hint(tmp_path: Path, text: str, where: str,
+                                                                            message: str) -> None:
+    """``on:`` is the boolean true to YAML 1.1: "unknown key 'True'" once said nothing about why."""
+    error = only_error(check(tmp_path, f"version: 1\n{text}\n"))
+    written_key = where.rsplit(".", 1)[-1].split(": ")[-1]
+    assert error.render() == f"spec.yaml:{where}: {message} (quote it to make it text: '{written_key}'; {BOOL_HINT})"
+
+
+def test_y_and_n_are_text_keys(tmp_path: Path) -> None:
+    """PyYAML reads only yes/no, on/off, true/false as booleans (not YAML 1.1's y and n): no quote hint."""
+    error = only_error(check(tmp_path, "version: 1\ngraph:\n  - {name: a, op: ones, shape: [2], y: 1}\n"))
+    assert error.message == "unknown key 'y'"
+
+
+# ------------------------------------------------------------------- every error has a hint
+
+
+@pytest.mark.parametrize("text", [
+    "outputs: {c: 100}",                                       # a number where a path is expected
+    "outputs: {c: false}",
+    "outputs: [c]",
+    "run: {timeout: 30s}",
+    "run: {retries: -1}",
+    "run: {no_workers_timeout: 0}",
+    "cluster: {jobs: {localhost: {cpu_threads: null}}}",
+    "cluster: {jobs: {localhost: {tasks: []}}}",
+    "cluster: {jobs: {localhost: {tasks: ['']}}}",
+    "cluster: true",
+    "cluster: {dashboard: 8787}",
+    "cluster: {tls: {ca_file: ca.pem}}",
+    "cluster: {jobs: {localhost: {visible_gpus: [0, 0]}}}",
+    "placement: {rules: [split]}",
+    "placement: {rules: [{match: {}, device: /cpu:0}]}",
+    "placement: {rules: [{match: {op: []}, device: /cpu:0}]}",
+    "placement: {soft: 1}",
+    "graph:\n  - false",
+    "graph:\n  - {name: '', op: ones, shape: [2]}",
+    "graph:\n  - {name: 0.5, op: ones, shape: [2]}",
+    "graph:\n  - {name: a, op: ones, shape: [2], header: [1]}",
+    "graph:\n  - {name: a, op: ones, shape: [2], dtype: float}",
+    "graph:\n  - {name: a, op: ones, shape: [2], axes: {a: 1}}",
+    "graph:\n  - {name: a, op: ones, shape: [2], kernels: []}",
+    "graph:\n  - {name: a, op: ones, shape: [2], seed: -1}",
+    "graph:\n  - {name: a, op: ones, shape: [2], high: {}}",
+    "graph:\n  - {name: a, op: ones, shape: [2], tags: heavy}",
+    "graph:\n  - {name: a, op: ones, shape: [2], output: {dtype: float32}}",
+    "graph:\n  - {name: a, op: ones, shape: [2], inputs: ['']}",
+    "graph:\n  - {name: a, op: fill, shape: [2], value: 1, inputs: [a]}",
+    "graph:\n  - {name: a, op: ones, shape: [2]}\n  - {name: b, op: square, inputs: [a, a]}",
+    "graph:\n  - {scope: /cpu:0}",
+    "graph:\n  - {scope: /cpu:0, ops: null}",
+    "graph:\n  - {name: t, iterate: {steps: 1, state: {}, body: [], update: {}}}",
+    "graph:\n  - {name: s, sweep: {param: p, values: [], body: [{name: a, op: ones, shape: [2]}], "
+    "select: {min: a, max: a}}}",
+    "graph:\n  - {name: r, replicate: {devices: [], body: [{name: a, op: ones, shape: [2]}], "
+    "combine: {a: sum}}}",
+    "graph:\n  - {name: r, replicate: {body: [{name: a, op: ones, shape: [2]}]}}",
+])
+def test_every_error_has_a_hint(tmp_path: Path, text: str) -> None:
+    """A message says what is wrong, the hint what to write: none of these once had one, or crashed."""
+    if not text.startswith("graph"):
+        text += "\ngraph:\n  - {name: a, op: ones, shape: [2]}"
+    checked = check(tmp_path, f"version: 1\n{text}\n")
+    assert checked.errors, rendered(checked)
+    assert all(d.hint.strip() for d in checked.errors), rendered(checked)
+    assert not any("another kind of value" in d.message for d in checked.errors), rendered(checked)
+
+
+def test_a_number_where_text_is_expected_says_to_quote_it_as_written(tmp_path: Path) -> None:
+    error = only_error(check(tmp_path, "version: 1\ngraph:\n  - {name: 1e3, op: ones, shape: [2]}\n"))
+    assert error.render() == ("spec.yaml:3:12: graph[0].name: expected a string, got the number 1000.0 "
+                              "(quote it to make it text: '1e3')")
+
+
+def test_an_input_with_a_space_after_the_colon(tmp_path: Path) -> None:
+    error = only_error(check(tmp_path, SPLIT + "  - {name: y, op: square, inputs: [parts: 1]}\n"))
+    assert error.hint == "write 'parts:1' with no space after ':', or quote it; ': ' makes a mapping"
+
+
+def test_a_quoted_version(tmp_path: Path) -> None:
+    error = only_error(check(tmp_path, "version: '1'\ngraph:\n  - {name: a, op: ones, shape: [2]}\n"))
+    assert error.render() == "spec.yaml:1:10: version: must be 1, not '1' (write 1 without quotes: quoted, it is text)"
+
+
 @pytest.mark.parametrize("graph, cycle, line", [
     (["{name: a, op: add, inputs: [b], scalar: 1}", "{name: b, op: mul, inputs: [a], scalar: 2}"],
      "a -> b -> a", 3),

@@ -193,7 +193,8 @@ def check_refs(c: Checker, ops: Sequence[Op], by_name: Mapping[str, Op]) -> None
         for key, ref in zip(keyed, op.inputs):
             if not _ref_ok(ref, by_name):  # the common case stays a dict lookup: specs have 100k ops
                 check_ref(c, ref, by_name, _candidates(op, names),
-                          (*op.path, "inputs", key) if written(op) else op.path, _ref_role(op, ref))
+                          (*op.path, "inputs", key) if written(op) else op.path, _ref_role(op, ref),
+                          scope=_scope_of(op))
         for i, name in enumerate(op.after):
             if name not in by_name:
                 c.error("unknown-after", (*op.path, "after", i) if written(op) else op.path,
@@ -209,10 +210,15 @@ def _ref_ok(ref: OpRef, by_name: Mapping[str, Op]) -> bool:
 
 
 def check_ref(c: Checker, ref: OpRef, by_name: Mapping[str, Op], names: Sequence[str], path: YamlPath,
-               what: str, key: bool = False) -> None:
+               what: str, key: bool = False, scope: str = "") -> None:
+    """One reference that is not fine: no such op, no such output, or an output not said.
+
+    ``scope`` is the name prefix the reference was resolved in (``train`` for
+    a loop's body), for names that resolution left as written (``next:-1``).
+    """
     target = by_name.get(ref.op)
     if target is None:
-        _check_missing(c, ref, by_name, names, path, what, key)
+        _check_missing(c, ref, by_name, names, path, what, key, scope)
     elif ref.output is not None and ref.output >= target.outputs:
         c.error("unknown-output", path, f"{what}: op '{ref.op}' has {target.outputs} output"
                 f"{'s' if target.outputs != 1 else ''}", _outputs_hint(target), key=key)
@@ -222,7 +228,7 @@ def check_ref(c: Checker, ref: OpRef, by_name: Mapping[str, Op], names: Sequence
 
 
 def _check_missing(c: Checker, ref: OpRef, by_name: Mapping[str, Op], names: Sequence[str], path: YamlPath,
-                   what: str, key: bool) -> None:
+                   what: str, key: bool, scope: str) -> None:
     """A reference to no op: an op that is not there, or a defined op with an index that is not one.
 
     ``OpRef.parse`` reads only ``NAME:<digits>`` as an output index, so
@@ -231,23 +237,26 @@ def _check_missing(c: Checker, ref: OpRef, by_name: Mapping[str, Op], names: Seq
     mistake, not the name.
     """
     name, colon, index = ref.op.rpartition(":")
-    target = by_name.get(name) if colon else None
+    target = (by_name.get(f"{scope}/{name}") if scope else None) or by_name.get(name) if colon else None
     if target is None:
         c.error("unknown-input", path, f"{what} is not defined", did_you_mean(ref.op, names) or
                 "name an op defined in the graph, or in the same body", key=key)
     elif not index.strip():
-        c.error("unknown-output", path, f"{what} names no output index after ':'", _outputs_hint(target), key=key)
+        c.error("unknown-output", path, f"{what} names no output index after ':'", _outputs_hint(target, name),
+                key=key)
     else:
         shown = index if re.fullmatch(r"[-+]?\d+", index) else f"'{index}'"
         c.error("unknown-output", path, f"{what}: output index {shown} of op '{name}' is not valid; it has "
-                f"{target.outputs} output{'s' if target.outputs != 1 else ''}", _outputs_hint(target), key=key)
+                f"{target.outputs} output{'s' if target.outputs != 1 else ''}", _outputs_hint(target, name),
+                key=key)
 
 
-def _outputs_hint(target: Op) -> str:
-    """How to name the outputs of an op: ``use s:0 .. s:3``, or the bare name for one output."""
+def _outputs_hint(target: Op, name: str | None = None) -> str:
+    """How to name the outputs of an op (as ``name``, the way the user wrote it): ``use s:0 .. s:3``, or ``use s``."""
+    name = name or target.name
     if target.outputs > 1:
-        return f"use {target.name}:0 .. {target.name}:{target.outputs - 1}"
-    return f"use {target.name}"
+        return f"use {name}:0 .. {name}:{target.outputs - 1}"
+    return f"use {name}"
 
 
 def topological_order(ops: Sequence[Op], by_name: Mapping[str, Op]) -> tuple[list[Op], list[list[str]]]:
