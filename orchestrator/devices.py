@@ -52,7 +52,12 @@ def _is_count(value: object) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class DeviceSpec:
-    """A possibly partial device name; unset fields are ``None``."""
+    """A possibly partial device name; unset fields are ``None``.
+
+    ``device_type`` may be given in any case and is stored upper case (TF's
+    ``DeviceSpec(device_type="gpu")`` is ``GPU`` too); ``device_index`` is an
+    integer or ``"*"`` and needs a type.
+    """
 
     job: str | None = None
     replica: int | None = None

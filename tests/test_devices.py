@@ -69,6 +69,9 @@ def test_round_trip(s: DeviceSpec) -> None:
     assert P(s.to_string()) == s
     assert P(s.to_string().lower() if s.job is None else s.to_string()) == s
     assert sorted(s.set_fields() + s.unset_fields()) == sorted(f.name for f in dataclasses.fields(s) if f.init)
+    lower = None if s.device_type is None else s.device_type.lower()
+    assert DeviceSpec(s.job, s.replica, s.task, lower, s.device_index) == s  # TF: device_type="gpu" is GPU
+    assert P(DeviceSpec(s.job, s.replica, s.task, lower, s.device_index).to_string()) == s
 
 
 @given(specs())

@@ -20,6 +20,7 @@ diagnostic of the placer and of the topology checks carries a hint.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import pytest
 from spec_helpers import plan_json, write
 
 from orchestrator.api import check_file
+from orchestrator.cli import run_cli
 from orchestrator.devices import SOFT_KEEPS
 
 LOCAL = "/job:localhost/replica:0/task:0/device:"
@@ -136,6 +138,13 @@ def test_gpu_star_inside_a_gpu_scope_wins_and_the_why_says_tf_would_not(tmp_path
         "TF reads '*' as no index and would keep GPU:1)")
     # what TF gives for /gpu:* is written /gpu here: the scope's index
     assert (by_name["unset"]["device"], by_name["unset"]["sources"]["device_index"]) == (LOCAL + "GPU:1", "scope")
+
+
+def test_orchestrate_plan_prints_the_merge_rule_in_the_why(tmp_path: Path) -> None:
+    out = io.StringIO()
+    assert run_cli(["plan", str(write(tmp_path, ANY_IN_SCOPE))], out=out) == 0
+    assert (f"any: (Ones): {LOCAL}GPU:*  # job, replica, task from default; type from op; index from op (its '*' "
+            "overrides GPU:1 from scope; TF reads '*' as no index and would keep GPU:1)") in out.getvalue().splitlines()
 
 
 def test_any_cpu_is_the_tasks_cpu0_never_an_open_gpu_slot(tmp_path: Path) -> None:
