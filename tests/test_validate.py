@@ -470,6 +470,12 @@ def test_a_number_where_text_is_expected_says_to_quote_it_as_written(tmp_path: P
                               "(quote it to make it text: '1e3')")
 
 
+def test_an_empty_value_says_it_is_null(tmp_path: Path) -> None:
+    error = only_error(check(tmp_path, "version: 1\ngraph:\n  - {name: , op: ones, shape: [2]}\n"))
+    assert error.render() == ("spec.yaml:3:12: graph[0].name: expected a string, got null "
+                              "(give it a value: an empty value is null)")
+
+
 def test_an_input_with_a_space_after_the_colon(tmp_path: Path) -> None:
     error = only_error(check(tmp_path, SPLIT + "  - {name: y, op: square, inputs: [parts: 1]}\n"))
     assert error.hint == "write 'parts:1' with no space after ':', or quote it; ': ' makes a mapping"

@@ -21,9 +21,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ..constructs import CONSTRUCTS
 from ..errors import Diagnostic, YamlPath, did_you_mean
@@ -50,7 +51,6 @@ def _fast_validators() -> tuple[Any, dict[str, Any]]:
     """
     import copy
 
-    import fastjsonschema
 
     # fastjsonschema rewrites the $refs of the schema it compiles in place (to absolute URIs):
     # compile a copy, so that schema() stays the file's schema for every other reader.
@@ -483,6 +483,8 @@ def _kind_hint(doc: Document, path: YamlPath, schema_: Any, instance: Any) -> st
     if expected is None and isinstance(schema_, dict):
         expected = _branch_types(schema_.get("anyOf") or schema_.get("oneOf"))
     types = expected if isinstance(expected, list) else [expected]
+    if instance is None and "null" not in types:
+        return "give it a value: an empty value is null"
     if "string" in types and not isinstance(instance, (str, dict, list)):
         spelled = written(doc, path) or show(instance)
         return f"quote it to make it text: '{spelled}'"
