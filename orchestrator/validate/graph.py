@@ -59,7 +59,7 @@ def check_ops(c: Checker, ops: Sequence[Op]) -> dict[str, Op]:
         definition = lookup(op.kind)
         if definition is not None and definition.internal and op.group is None:
             c.error("unknown-op", (*op.path, "op"), f"op '{op.kind}' is internal: constructs make it, users cannot",
-                    _INTERNAL_HINTS.get(op.kind, "see the op list: orchestrate schema"))
+                    _INTERNAL_HINTS.get(op.kind) or "see the op list: orchestrate schema")
             continue
         if definition is None:
             c.error("unknown-op", (*op.path, "op"), f"unknown op '{op.kind}'",
