@@ -7,7 +7,7 @@ import pickle
 import re
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.devices import ANY, DeviceSpec, canonical_device
