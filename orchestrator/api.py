@@ -14,8 +14,9 @@ The command line (``orchestrate``) calls nothing but this module.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from .errors import Diagnostic, SpecError
 from .load import load_file
@@ -28,8 +29,24 @@ from .validate import schema_text, validate
 if TYPE_CHECKING:
     from .execute import TaskWorkers
 
-__all__ = ["Checked", "Plan", "RunResult", "RunSettings", "check_file", "plan_file", "run_file", "run_plan", "schema_text",
-           "select_worker_task", "serve_worker", "validate_file", "worker_commands"]
+__all__ = [
+    "Checked",
+    "Plan",
+    "RunResult",
+    "RunSettings",
+    "cache_directory",
+    "cache_entries",
+    "check_file",
+    "clear_cache",
+    "plan_file",
+    "run_file",
+    "run_plan",
+    "schema_text",
+    "select_worker_task",
+    "serve_worker",
+    "validate_file",
+    "worker_commands",
+]
 
 
 @dataclass(frozen=True)
@@ -104,14 +121,35 @@ def run_file(path: str | os.PathLike[str], settings: RunSettings | None = None, 
     return run_plan(plan, chosen, echo)
 
 
-def select_worker_task(spec: Spec, job: str, task: int, gpus: Sequence[int] | None = None) -> "TaskWorkers":
+def cache_directory(spec_path: str | os.PathLike[str]) -> str:
+    """The default cache directory of a spec: ``.orchestrate/cache`` beside it."""
+    from .cache import default_directory
+
+    return default_directory(os.path.dirname(os.path.abspath(spec_path)))
+
+
+def cache_entries(directory: str) -> list[dict[str, object]]:
+    """Every entry of a cache directory: its key, what made it, its size and when."""
+    from .cache import Cache
+
+    return list(Cache(directory).entries())
+
+
+def clear_cache(directory: str) -> int:
+    """Remove every entry of a cache directory; how many."""
+    from .cache import Cache
+
+    return Cache(directory).clear()
+
+
+def select_worker_task(spec: Spec, job: str, task: int, gpus: Sequence[int] | None = None) -> TaskWorkers:
     """The devices of ``/job:job/task:task`` (``gpus``: this machine's physical GPUs for its GPU devices)."""
     from .execute import select_task
 
     return select_task(spec.cluster, job, task, gpus)
 
 
-def worker_commands(spec: Spec, selected: "TaskWorkers", scheduler: str, tls: Mapping[str, str | None]) -> list[str]:
+def worker_commands(spec: Spec, selected: TaskWorkers, scheduler: str, tls: Mapping[str, str | None]) -> list[str]:
     """The ``dask worker`` command of each device of ``selected`` (for dask-jobqueue, Kubernetes, ...)."""
     from .execute import dask_worker_commands, scheduler_address, tls_files
 
@@ -119,7 +157,7 @@ def worker_commands(spec: Spec, selected: "TaskWorkers", scheduler: str, tls: Ma
     return dask_worker_commands(selected, scheduler_address(scheduler, files), files)
 
 
-def serve_worker(spec: Spec, selected: "TaskWorkers", scheduler: str, tls: Mapping[str, str | None], *,
+def serve_worker(spec: Spec, selected: TaskWorkers, scheduler: str, tls: Mapping[str, str | None], *,
                  host: str | None = None, timeout: float = 30.0, echo: Callable[[str], None] = print,
                  warn: Callable[[str], None] = print, verbose: bool = False) -> int:
     """Start the task's device workers, connected to ``scheduler``; serve until a signal. The exit code."""

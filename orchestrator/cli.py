@@ -12,12 +12,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Callable, NoReturn, Sequence, TextIO
+from typing import Any, NoReturn, TextIO
 
 from . import api, report
 from .atomic import write_bytes, write_text
-from .errors import OrchestratorError, UsageError
+from .errors import OrchestratorError, UsageError, format_bytes
 from .keys import OP_PREFIX_LIMIT, POLICIES
 from .model import GRANULARITIES
 
@@ -82,6 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task-names", choices=POLICIES, default="auto",
                    help=f"how the dashboard groups tasks: by op name, or by op kind; auto: by name up to "
                         f"{OP_PREFIX_LIMIT} ops, by kind above (Dask's bookkeeping grows with the number of groups)")
+    cache = p.add_argument_group("cache", "values kept on disk, keyed by what made them (docs/caching.md)")
+    cache.add_argument("--resume", action="store_true",
+                       help="reuse every value the cache holds, and keep every value this run makes "
+                            "(run the same command again to finish a run that was stopped)")
+    cache.add_argument("--cache-dir", metavar="DIR", help="where entries live (default: .orchestrate/cache beside "
+                                                           "the spec)")
+    cache.add_argument("--cache-files", choices=["stat", "hash"], default="stat",
+                       help="a loaded file's part of a key: its size and modification time (default), or its bytes")
+    cache.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     _add_tls_flags(p)
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_run)
@@ -109,6 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tls_flags(p)
     p.add_argument("--debug", action="store_true", help="also show Dask's own log messages")
     p.set_defaults(handler=cmd_worker)
+
+    p = sub.add_parser("cache", help="list or clear the cache of values",
+                       description="The entries of a cache directory: what made each, its size and age (list), "
+                                   "or remove them all (clear). See docs/caching.md.")
+    p.add_argument("action", choices=["list", "clear"])
+    p.add_argument("file", metavar="FILE", nargs="?", help="a spec: its cache directory (.orchestrate/cache beside it)")
+    p.add_argument("--cache-dir", metavar="DIR", help="the cache directory (instead of a spec's)")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(handler=cmd_cache)
 
     p = sub.add_parser("schema", help="print the JSON Schema of the spec language",
                        description="Print the JSON Schema (2020-12) of spec files, for editors and CI.")
@@ -196,7 +217,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
                                progress=args.progress, gpu_backend=args.gpu_backend,
                                wait_for_workers=args.wait_for_workers, tls_ca_file=args.tls_ca_file,
                                tls_cert=args.tls_cert, tls_key=args.tls_key, task_names=args.task_names,
-                               granularity=args.granularity)
+                               granularity=args.granularity, use_cache=not args.no_cache, cache_dir=args.cache_dir,
+                               resume=args.resume, cache_files=args.cache_files)
 
     def echo(text: str) -> None:
         out.write(text + "\n")
@@ -221,8 +243,7 @@ def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
                              "(the spec's cluster.scheduler is 'local')")
         address = "SCHEDULER_ADDRESS"
     if args.dask_commands:
-        for command in api.worker_commands(spec, selected, address, tls):
-            out.write(command + "\n")
+        out.writelines(command + "\n" for command in api.worker_commands(spec, selected, address, tls))
         return EXIT_OK
 
     def echo(text: str) -> None:
@@ -237,6 +258,29 @@ def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
                             warn=warn, verbose=args.debug)
 
 
+def cmd_cache(args: argparse.Namespace, out: TextIO) -> int:
+    if (args.file is None) == (args.cache_dir is None):
+        raise UsageError("orchestrate cache: give a spec FILE or --cache-dir DIR (one of them)")
+    directory = args.cache_dir or api.cache_directory(args.file)
+    if args.action == "clear":
+        removed = api.clear_cache(directory)
+        out.write(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {directory}\n")
+        return EXIT_OK
+    entries = api.cache_entries(directory)
+    if args.format == "json":
+        import json
+
+        out.write(json.dumps(entries, indent=2, default=str) + "\n")
+        return EXIT_OK
+    total = sum(int(str(e.get("file_bytes", 0))) for e in entries)
+    for e in entries:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(str(e.get("created", 0)))))
+        size = format_bytes(int(str(e.get("file_bytes", 0))))
+        out.write(f"{str(e.get('key', '?'))[:12]}  {when}  {size:>10}  {e.get('what', '?')}\n")
+    out.write(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, {format_bytes(total)}, in {directory}\n")
+    return EXIT_OK
+
+
 def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
     text = api.schema_text()
     out.write(text)
@@ -247,7 +291,7 @@ def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     file: str = args.file
-    target: str = args.html or (file[:-len(".json")] if file.endswith(".json") else file) + ".html"
+    target: str = args.html or (file.removesuffix(".json")) + ".html"
     page = api.render_run_report(file)  # a file that is not a run report raises before anything is written
     try:
         write_text(target, page)

@@ -10,9 +10,10 @@ Stages depend on these types and never on each other: ``load`` makes a
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .devices import DeviceSpec
 from .errors import Diagnostic, Severity, YamlPath
@@ -162,7 +163,7 @@ class Rule:
     def describe(self) -> str:
         return f"rule {self.index + 1}"
 
-    def matches(self, op: "Op") -> bool:
+    def matches(self, op: Op) -> bool:
         """Every given criterion holds: op type, name glob (fnmatch), all tags."""
         if self.ops and op.kind not in self.ops:
             return False
@@ -188,7 +189,7 @@ class OpRef:
     output: int | None = None
 
     @classmethod
-    def parse(cls, text: str) -> "OpRef":
+    def parse(cls, text: str) -> OpRef:
         """``name`` or ``name:i`` (output i of a multi-output op)."""
         name, sep, index = text.rpartition(":")
         if sep and index.isdigit() and name:
@@ -226,6 +227,7 @@ class Op:
     colocate_with: OpRef | None = None  # made by constructs: run where this value lives
     group: str | None = None  # the construct that made it
     outputs: int = 1
+    cache: bool | None = None  # the op's own ``cache:`` (None: its construct's, else the spec's)
 
 
 @dataclass(frozen=True)
@@ -308,10 +310,20 @@ class Spec:
     outputs: tuple[Output, ...] = ()
     loops: tuple[Loop, ...] = ()
     run: RunOptions = RunOptions()
+    cache: bool = False  # the spec's ``cache:``
+    cache_scopes: Mapping[str, bool] = field(default_factory=dict)  # construct name -> its ``cache:``
 
     @property
     def file(self) -> str:
         return self.document.file
+
+    def caches(self, name: str) -> bool:
+        """Is the cache on for this op (or loop)? Its own ``cache:``, else its innermost construct's, else the spec's."""
+        op = self.op_index.get(name)
+        if op is not None and op.cache is not None:
+            return op.cache
+        holders = [c for c in self.cache_scopes if name.startswith((c + "/", c + ".")) or name == c]
+        return self.cache_scopes[max(holders, key=len)] if holders else self.cache
 
     def op(self, name: str) -> Op:
         return self.op_index[name]
@@ -486,6 +498,10 @@ class RunSettings:
     on_loop_progress: Callable[[str, int, int], None] | None = None  # (loop, steps done, steps) per window
     task_names: str = "auto"  # how Dask keys are named: auto, op or kind (see orchestrator.keys)
     granularity: str = "partition"  # a Dask task per device partition (loops: per window), or "op": per op
+    use_cache: bool = True  # False: neither read nor write the cache (--no-cache)
+    cache_dir: str | None = None  # None: .orchestrate/cache beside the spec
+    resume: bool = False  # reuse every entry there is, and write every value (a run killed midway resumes)
+    cache_files: str = "stat"  # a loaded file's part of a key: "stat" (size, modification time) or "hash"
 
 
 @dataclass(frozen=True)
@@ -502,7 +518,8 @@ class OpRecord:
     retries: int
     runs: int | None
     why: str
-    note: str = ""  # why it has no worker record (a loop's state, resolved by the driver)
+    note: str = ""  # why it has no worker record (a loop's state, resolved by the driver; reused from the cache)
+    cache: str = ""  # with its cache on: reused (which entry), or why it ran again
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "op": self.op, "planned_device": self.planned_device,
@@ -511,6 +528,8 @@ class OpRecord:
                                "why": self.why}
         if self.note:
             out["note"] = self.note
+        if self.cache:
+            out["cache"] = self.cache
         return out
 
 

@@ -36,8 +36,8 @@ inputs and, per op of it, the inputs it depends on.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Collection, Mapping, Sequence
 
 from .devices import DeviceSpec
 from .model import Plan
@@ -70,12 +70,14 @@ class _Open:
 
 
 def partition(plan: Plan, names: Sequence[str] | None = None, external: Collection[str] = (),
-              threads: Mapping[str, int] | None = None) -> tuple[Partition, ...]:
+              threads: Mapping[str, int] | None = None, cut_after: Collection[str] = ()) -> tuple[Partition, ...]:
     """Group ``names`` (default: every op; in the plan's order) into device partitions.
 
     ``external`` names ops whose values come from elsewhere (a loop's carried
     state): they are inputs, never members. ``threads`` maps a device name to
-    its threads (default: the cluster's).
+    its threads (default: the cluster's). ``cut_after`` names ops whose value
+    is wanted as soon as it is made (the cache writes it at once): each ends
+    its partition, as a value read on another device does.
     """
     spec = plan.spec
     chosen = [p.op for p in plan.placements] if names is None else list(names)
@@ -85,7 +87,7 @@ def partition(plan: Plan, names: Sequence[str] | None = None, external: Collecti
     if threads is None:
         threads = {d.name: d.threads for d in spec.cluster.devices}
     needs_of: dict[str, tuple[str, ...]] = {}
-    exports: set[str] = set()  # ops whose value (or completion) is wanted on another device, or on GPU:*
+    exports: set[str] = set(cut_after)  # ops whose value (or completion) is wanted elsewhere, or at once
     readers: dict[str, int] = {}
     for op in spec.ops:
         needs = tuple(dict.fromkeys([ref.op for ref in op.inputs] + list(op.after)))

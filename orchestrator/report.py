@@ -247,8 +247,11 @@ def placement_summary(run_report: Mapping[str, Any]) -> str:
     exchanged = int(totals.get("bytes_exchanged", 0))
     dask_moved = int(totals["bytes_moved"]) - exchanged
     sent = f", loop windows sent {format_bytes(exchanged)} worker to worker" if exchanged else ""
-    lines.append(f"  {totals['ops']} ops ({totals['tasks']} Dask tasks, {run_report.get('granularity', 'partition')} "
-                 f"granularity) in {run_report['elapsed_seconds']:.2f} s; {totals['moves']} planned transfers, "
+    reused = sum(1 for op in run_report["ops"] if str(op.get("cache", "")).startswith("reused"))
+    cached = f", {_count(reused, 'op')} from the cache" if reused else ""
+    lines.append(f"  {_count(totals['ops'], 'op')} ({_count(totals['tasks'], 'Dask task')}, "
+                 f"{run_report.get('granularity', 'partition')} granularity{cached}) in "
+                 f"{run_report['elapsed_seconds']:.2f} s; {_count(totals['moves'], 'planned transfer')}, "
                  f"Dask moved {format_bytes(dask_moved)} in {totals.get('transfers_seen', 0)}{sent}; "
                  f"placement verified against the plan")
     return "\n".join(lines) + "\n"

@@ -52,7 +52,7 @@ def test_a_value_moves_once_per_consuming_device(tmp_path: Path) -> None:
         """)
     graph = compile_plan(plan, "t", granularity="op")
     moves = [k for k in graph.tasks if k.startswith("move(")]
-    assert moves == [f"move(a@localhost/0/GPU:0)-t-0"]  # three readers on GPU:0 share one move
+    assert moves == ["move(a@localhost/0/GPU:0)-t-0"]  # three readers on GPU:0 share one move
     for name in ("b1", "b2", "b3"):
         assert graph.tasks[f"{name}-t"].dependencies == {moves[0]}
     assert graph.tasks["c1-t"].dependencies == {"a-t"}  # a single reader fetches it directly

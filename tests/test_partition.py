@@ -150,7 +150,7 @@ def _random_graph(rng: random.Random) -> str:
     lines = []
     for i in range(rng.randint(2, 30)):
         device = rng.choices(devices, weights=[4, 4, 4, 1])[0]
-        extra = f", retries: 1" if rng.random() < 0.1 else ""
+        extra = ", retries: 1" if rng.random() < 0.1 else ""
         if i == 0 or rng.random() < 0.2:
             lines.append(f"- {{name: n{i}, op: ones, shape: [2], device: '{device}'{extra}}}")
             continue

@@ -16,7 +16,7 @@ cluster:
 placement:
   soft: true
 graph:
-  - {name: a, op: ones, shape: [2], device: /job:nowhere/cpu:0}
+  - {name: a, op: ones, shape: [2], device: /gpu:0}
 """
 
 

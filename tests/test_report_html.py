@@ -97,7 +97,6 @@ def test_the_page_of_a_real_run_draws_every_device_op_transfer_and_memory_figure
     report = json.loads(real_report.read_text())
     page = _render(real_report, tmp_path / "run.html")
     strings = drawn(page)
-    text = "\n".join(strings) + page
 
     # self-contained: nothing is fetched from the network (bokeh's JS and CSS are inline)
     assert not re.search(r"<(script|link|img)\b[^>]*\b(src|href)\s*=\s*[\"']?(https?:)?//", page, re.I)

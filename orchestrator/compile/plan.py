@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Collection, Mapping
+from collections.abc import Collection, Mapping
 
 from ..keys import TaskNames
 from ..model import GRANULARITIES, CompiledGraph, Located, OpRef, Plan
@@ -16,14 +16,16 @@ def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool
                  only: Collection[str] | None = None, known: Mapping[str, Located] | None = None,
                  outputs: Collection[str] | None = None, out_dir: str | None = None,
                  task_names: TaskNames = "op", granularity: Granularity = "partition",
-                 known_done: Mapping[str, Located] | None = None, step: int | None = None) -> CompiledGraph:
+                 known_done: Mapping[str, Located] | None = None, step: int | None = None,
+                 cut_after: Collection[str] = ()) -> CompiledGraph:
     """Build the graph of ``only`` these ops (default: all), reading ``known`` values already computed.
 
     ``outputs`` are the refs to fetch (default: the spec's outputs that this
     graph can produce). ``known_done`` locates the tasks that completed ops of
     earlier graphs (for control edges onto them). ``step`` is the step of an
     enclosing loop that runs step by step (a loop holding another): its ops
-    run at that step, under keys of their own.
+    run at that step, under keys of their own. ``cut_after``: ops whose values
+    are wanted as soon as they are made (each ends its partition).
     """
     if granularity not in GRANULARITIES:
         raise ValueError(f"unknown granularity '{granularity}' (choose one of {', '.join(GRANULARITIES)})")
@@ -36,7 +38,7 @@ def compile_plan(plan: Plan, token: str, base_dir: str = ".", host_outputs: bool
     if granularity == "op":
         builder = GraphBuilder(plan, token, base_dir, suffix=suffix, out_dir=out_dir, task_names=task_names)
     else:
-        parts = partition(plan, names)
+        parts = partition(plan, names, cut_after=cut_after)
         builder = GraphBuilder(plan, token, base_dir, suffix=suffix, out_dir=out_dir, task_names=task_names,
                                readers=partition_readers(plan, parts))
 

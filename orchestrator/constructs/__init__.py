@@ -25,8 +25,9 @@ else; ``iterate`` is the one whose expansion the executor runs specially.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..devices import DeviceSpec
 from ..errors import DeviceSpecError, Diagnostic
@@ -62,6 +63,7 @@ class Expansion:
     loops: tuple[Loop, ...]
     diagnostics: tuple[Diagnostic, ...]
     complete: bool = True  # False: the graph was too big to expand, ``ops`` is empty
+    cache_scopes: Mapping[str, bool] = field(default_factory=dict)  # construct name -> its ``cache:``
 
 
 def expand(doc: Document, graph: Sequence[Any], cluster: Cluster | None) -> Expansion:
@@ -72,7 +74,8 @@ def expand(doc: Document, graph: Sequence[Any], cluster: Cluster | None) -> Expa
     expander = Expander(doc, cluster, CONSTRUCTS)
     expander.items(graph, ("graph",), "", (), OpRef.parse, None)
     ops = _prune_unused_picks(expander.ops, expander.pick_candidates, doc)
-    return Expansion(tuple(ops), tuple(expander.loops), tuple(expander.diagnostics))
+    return Expansion(tuple(ops), tuple(expander.loops), tuple(expander.diagnostics), True,
+                     dict(expander.cache_scopes))
 
 
 def _prune_unused_picks(ops: list[Op], candidates: set[str], doc: Document) -> list[Op]:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from ..devices import DeviceSpec
 from ..errors import DeviceSpecError, Diagnostic, YamlPath, did_you_mean
@@ -54,6 +55,7 @@ class Expander:
     loops: list[Loop] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     pick_candidates: set[str] = field(default_factory=set)
+    cache_scopes: dict[str, bool] = field(default_factory=dict)  # construct name -> its ``cache:``
 
     def construct_of(self, item: Mapping[str, Any]) -> Construct | None:
         return next((c for key, c in self.registry.items() if key in item), None)
@@ -134,6 +136,8 @@ class Expander:
             here = (*path, index)
             construct = self.construct_of(item)
             if construct is not None:
+                if "cache" in item and "name" in item:
+                    self.cache_scopes[prefix + str(item["name"])] = bool(item["cache"])
                 construct.expand(self, item, here, prefix, chain, resolve, group)
             else:
                 self.op(item, here, prefix, chain, resolve, group)
@@ -156,6 +160,7 @@ class Expander:
             input_keys=keys, device_chain=chain, after=tuple(str(resolve(str(a))) for a in item.get("after") or []),
             tags=tuple(item.get("tags") or ()), retries=int(item.get("retries", 0)),
             timeout=item.get("timeout"), group=group, outputs=output_count(item),
+            cache=bool(item["cache"]) if "cache" in item else None,
         ))
 
 

@@ -25,16 +25,36 @@ its plan names.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
-from ..compile import (CompileOptions, LoopState, after_window, compile_fetch, compile_gang_prep, compile_gang_window,
-                       compile_plan, compile_window, loop_mode, loop_start, lookup_value)
+from ..cache import ref_of
+from ..compile import (
+    CompileOptions,
+    LoopState,
+    after_window,
+    compile_fetch,
+    compile_gang_prep,
+    compile_gang_window,
+    compile_plan,
+    compile_window,
+    lookup_value,
+    loop_mode,
+    loop_start,
+)
 from ..devices import DeviceSpec
 from ..errors import RunError
 from ..model import CompiledGraph, CompiledWindow, Located, Loop, OpRef, Plan
+from ..ops import lookup
+from .caching import CacheUse
+
+
+def _writes_files(plan: Plan, name: str) -> bool:
+    definition = lookup(plan.spec.op(name).kind)
+    return definition is not None and bool(definition.writes)
 
 
 def _parent(loop: Loop, loops: Sequence[Loop]) -> str | None:
@@ -72,6 +92,7 @@ class StagedRun:
     parent: dict[str, str | None] = field(default_factory=dict)  # loop -> the loop holding it
     readers: dict[str, set[str]] = field(default_factory=dict)  # op -> the ops that read it (or wait for it)
     output_ops: set[str] = field(default_factory=set)
+    cache: CacheUse | None = None
 
     def deps(self, name: str) -> set[str]:
         op = self.plan.spec.op(name)
@@ -85,8 +106,64 @@ class StagedRun:
             for dep in self.deps(p.op):
                 self.readers.setdefault(dep, set()).add(p.op)
         self.output_ops = {o.ref.op for o in spec.outputs}
+        if self.cache is not None:
+            self.place_hits(self.cache)
+            self.skip_unread()
         self.run_scope(None, None)
         return self.outputs()
+
+    def place_hits(self, cache: CacheUse) -> None:
+        """Values from the cache go to their planned devices; their ops (and loops) do not run."""
+        spec = self.plan.spec
+        for name, values in cache.hits.items():
+            loop = next((lp for lp in spec.loops if lp.name == name), None)
+            if loop is None:
+                refs = [str(r) for r in ref_of(self.plan, name)]
+                device = self.plan.placement(name).device
+                for ref, value in zip(refs, values):
+                    future = self.submitter.scatter(value, device)
+                    self.held[future.key] = future
+                    self.known[ref] = Located(future.key, device)
+                self.done[name] = self.known[refs[0]]
+                self.known_ops.add(name)
+                self.notes[name] = cache.record(name)
+                continue
+            states, series = values[:len(loop.state)], values[len(loop.state):]
+            for var, value in zip(loop.state, states):
+                export = f"{loop.name}.{var.name}"
+                device = self.plan.placement(export).device
+                future = self.submitter.scatter(value, device)
+                self.held[future.key] = future
+                self.known[export] = self.done[export] = Located(future.key, device)
+            for (metric, _), value in zip(loop.metrics, series):
+                export = f"{loop.name}.{metric}"
+                self.client_values[export] = value
+                future = self.submitter.scatter(value, self.plan.placement(export).device)
+                self.held[future.key] = future
+                self.known[export] = self.done[export] = Located(future.key, self.plan.placement(export).device)
+            finished = set(loop.body) | {o.name for o in spec.ops if o.name.startswith(loop.name + ".")}
+            self.known_ops |= finished
+            for op in finished:
+                self.notes[op] = f"loop '{loop.name}' {cache.record(loop.name)}"
+
+    def skip_unread(self) -> None:
+        """Ops read only by values that came from the cache are not run (unless they are outputs or write files)."""
+        from_cache = set(self.known_ops)
+        skipped: set[str] = set()
+        changed = True
+        while changed:  # from the readers back: an op is skipped once all its readers are
+            changed = False
+            for placement in self.plan.placements:
+                name = placement.op
+                if name in from_cache or name in skipped or name in self.output_ops or _writes_files(self.plan, name):
+                    continue
+                readers = self.readers.get(name, set())
+                if readers and readers <= from_cache | skipped:
+                    skipped.add(name)
+                    changed = True
+        for name in skipped:
+            self.known_ops.add(name)
+            self.notes[name] = "not run: every op reading it came from the cache"
 
     def scope_ops(self, loop: Loop | None) -> list[str]:
         """The ops a scope runs itself (the top level, or one loop's body), without its loops' bodies."""
@@ -110,9 +187,10 @@ class StagedRun:
         """
         spec = self.plan.spec
         ops = self.scope_ops(loop)
-        pending = [lp for lp in spec.loops if self.parent[lp.name] == (loop.name if loop else None)]
+        pending = [lp for lp in spec.loops if self.parent[lp.name] == (loop.name if loop else None)
+                   and (self.cache is None or lp.name not in self.cache.hits)]
         done = set(self.known_ops)
-        remaining = list(ops)
+        remaining = [name for name in ops if name not in done]
         while True:
             ready: list[str] = []
             for name in remaining:
@@ -137,17 +215,27 @@ class StagedRun:
             self.known_ops |= finished
 
     def run_outer(self, ready: list[str], step: int | None) -> None:
+        stored = [name for name in ready if self.cache is not None and step is None and self.cache.wanted(name)]
+        refs = [str(r) for name in stored for r in ref_of(self.plan, name)]
+        # the spec's outputs made here must be returned by their partitions, to be fetched at the end
+        finals = [str(o.ref) for o in self.plan.spec.outputs if o.ref.op in set(ready) and str(o.ref) not in refs]
         compiled = compile_plan(self.plan, self.options.token, self.options.base_dir, only=ready, known=self.known,
-                                outputs=[], out_dir=self.options.out_dir, task_names=self.options.task_names,
-                                granularity=self.options.granularity, known_done=self.done, step=step)
+                                outputs=refs + finals, out_dir=self.options.out_dir,
+                                task_names=self.options.task_names,
+                                granularity=self.options.granularity, known_done=self.done, step=step,
+                                host_outputs=self.options.host_outputs, cut_after=stored)
         chosen = set(ready)
         later = {n for n in ready if self.readers.get(n, set()) - chosen or n in self.output_ops}
         needed = list(dict.fromkeys(
             [located.key for text, located in compiled.values.items()
              if text not in self.known and OpRef.parse(text).op in later] +
             [key for name, key in compiled.done.items() if name in later and name not in self.done]))
-        futures = self.submitter.submit(compiled, needed)
+        futures = self.submitter.submit(compiled, needed + list(compiled.output_keys.values()))
         self.sinks += [futures[k] for k in compiled.sink_keys]
+        if self.cache is not None:
+            for name in stored:  # written as soon as each value is ready: a run stopped midway keeps them
+                keys = [compiled.output_keys[str(r)] for r in ref_of(self.plan, name)]
+                self.cache.store_later(name, [futures[k] for k in keys])
         self.known.update(compiled.values)
         self.done.update({name: Located(key, self.plan.placement(name).device) for name, key in compiled.done.items()})
         self.held.update({k: futures[k] for k in needed})
@@ -167,6 +255,23 @@ class StagedRun:
         else:
             state = self.run_windows(loop, state, offset, series, gang=mode == "gang")
         self.export(loop, state, series)
+        if self.cache is not None and self.parent[loop.name] is None and self.cache.wanted(loop.name):
+            self.store_loop(self.cache, loop)
+
+    def store_loop(self, cache: CacheUse, loop: Loop) -> None:
+        """A loop's entry: its final states (fetched from where they live) and its metric series."""
+        values = {f"{loop.name}.{var.name}": lookup_value(self.known, OpRef.parse(f"{loop.name}.{var.name}"))
+                  for var in loop.state}
+        fetch = compile_fetch(self.plan, values, self.options)
+        if fetch is not None:
+            keys = dict(fetch.output_keys)
+            futures = {**self.held, **self.submitter.submit(fetch, list(keys.values()))}
+        else:
+            keys = {text: located.key for text, located in values.items()}
+            futures = self.held
+        states = [futures[keys[text]] for text in values]
+        series = tuple(self.client_values[f"{loop.name}.{metric}"] for metric, _ in loop.metrics)
+        cache.store_later(loop.name, states, series)
 
     def run_steps(self, loop: Loop, state: LoopState, offset: int, series: dict[str, list[Any]]) -> LoopState:
         """A loop holding loops: each step runs its body's ops and inner loops as stages of their own."""

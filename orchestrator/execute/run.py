@@ -26,16 +26,27 @@ import os
 import sys
 import time
 import uuid
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 from ..atomic import write_text
 from ..compile import CompileOptions, compile_plan
 from ..devices import DeviceSpec
 from ..errors import NoWorkerError, OrchestratorError, RunError
 from ..keys import choose_task_names
-from ..model import CompiledGraph, Plan, RunReport, RunResult, RunSettings, RunTotals, TransferRecord
+from ..model import (
+    CompiledGraph,
+    Plan,
+    RunReport,
+    RunResult,
+    RunSettings,
+    RunTotals,
+    TransferRecord,
+)
 from ..perf import paused_gc
 from ..tasks import LOG_TOPIC, commit_saves, discard_saves, drain_records
+from .caching import CacheUse, default_directory
 from .cluster import dask_settings, device_configs, scheduler_config
 from .connect import choose_backend, connect, cuda_counter, wait_for_devices
 from .loops import StagedRun
@@ -65,6 +76,7 @@ class Runner:
         self.partition_ops: dict[str, tuple[str, ...]] = {}  # partition and window keys -> their ops
         self.loop_modes: dict[str, str] = {}
         self.saves_settled = False  # checkpoints of this run committed (or there is nothing left to discard)
+        self.cache: CacheUse | None = None
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -110,6 +122,8 @@ class Runner:
                     client.register_plugin(runtime, name=runtime.plugin_name())
                 return self._run_on(client, link)
             finally:
+                if self.cache is not None:  # what finished is written even when the run failed (for --resume)
+                    self.cache.finish(self.saves_settled)
                 if not self.saves_settled:  # the run failed or was stopped: every existing file stays as it was
                     with contextlib.suppress(Exception):
                         client.run(discard_saves, run=self.token)
@@ -123,6 +137,25 @@ class Runner:
     def _has_gpus(self) -> bool:
         return any(d.is_gpu for d in self.spec.cluster.devices)
 
+    def open_cache(self) -> CacheUse | None:
+        """The cache of this run, when any op's cache is on (or --resume); None otherwise, or with --no-cache."""
+        s = self.settings
+        if not s.use_cache:
+            return None
+        directory = s.cache_dir or default_directory(self.base_dir)
+        cache = CacheUse.open(self.plan, directory, self.base_dir, s.resume, s.cache_files, self.echo)
+        if not cache.active():
+            return None
+        self.echo(f"cache: {len(cache.hits)} reused, {len(cache.reasons)} to compute "
+                  f"({os.path.relpath(directory)}{', --resume' if s.resume else ''})")
+        for name in sorted(cache.hits):
+            if self.spec.placement.log:
+                self.echo(f"Cached op {name} reused: {cache.record(name)}")
+        for name, why in sorted(cache.reasons.items()):
+            if self.spec.caches(name):
+                self.echo(f"cache: '{name}' runs again: {why}")
+        return cache
+
     def _run_on(self, client: Any, link: str | None) -> RunResult:
         from distributed import performance_report
 
@@ -132,8 +165,9 @@ class Runner:
         context: Any = performance_report(filename=self.settings.performance_report) \
             if self.settings.performance_report else contextlib.nullcontext()
         with client.as_current(), context:
-            if self.spec.loops:
-                staged = StagedRun(self.plan, self.options(), self)
+            self.cache = self.open_cache()
+            if self.spec.loops or self.cache is not None:
+                staged = StagedRun(self.plan, self.options(), self, cache=self.cache)
                 with self.phase("compute"):  # staged: compiling and submitting happen window by window
                     try:
                         values = staged.run()
@@ -155,8 +189,6 @@ class Runner:
         collecting = time.perf_counter()
         report = self._report(client.run(drain_records, run=self.token), started, elapsed)
         self.phases["collect records"] = time.perf_counter() - collecting
-        from dataclasses import replace
-
         report = replace(report, phases_seconds=dict(self.phases))
         written = write_outputs(self.spec, values, self.output_dir, self.echo) if self.settings.write_outputs else ()
         # checkpoints saved by ops take their places only now that the whole run has succeeded
@@ -252,6 +284,14 @@ class Runner:
 
     # ------------------------------------------------------------------ after the run
 
+    def _loop_of(self, name: str) -> str:
+        """The outermost loop an op belongs to (its body or its exports), or ""."""
+        for loop in self.spec.loops:
+            if name.startswith((loop.name + "/", loop.name + ".")) and not any(
+                    loop.name.startswith(other.name + "/") for other in self.spec.loops):
+                return loop.name
+        return ""
+
     def _report(self, drained: Mapping[str, Any], started: float, elapsed: float) -> RunReport:
         events = [r for worker in drained.values() for r in worker["records"]]
         stats = {addr: {"ran_on": worker["ran_on"], **worker["memory"]} for addr, worker in drained.items()}
@@ -262,6 +302,9 @@ class Runner:
                                          nbytes, start, stop)
                           for worker in drained.values() for key, nbytes, start, stop, source in worker["received"])
         records, exchanged = op_records(self.plan, events)
+        if self.cache is not None:
+            records = tuple(replace(r, cache=self.cache.record(r.name) or self.cache.record(self._loop_of(r.name)))
+                            for r in records)
         checked, unverified = verify(records, self.not_run, restarted)
         if unverified:
             self.echo(f"note: {len(unverified)} op(s) ran on a worker that was restarted later; "

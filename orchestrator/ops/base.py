@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from ..model import ValueInfo
 
@@ -20,7 +21,8 @@ Infer = Callable[[Params, Sequence[ValueInfo]], tuple[ValueInfo, ...]]
 
 CPU_GPU = frozenset({"CPU", "GPU"})
 CPU_ONLY = frozenset({"CPU"})
-COMMON_KEYS = frozenset({"name", "op", "inputs", "device", "after", "tags", "retries", "timeout", "description"})
+COMMON_KEYS = frozenset({"name", "op", "inputs", "device", "after", "tags", "retries", "timeout", "description",
+                         "cache"})
 
 
 class KernelContext(Protocol):

@@ -24,8 +24,15 @@ from ..constructs import expand
 from ..errors import Diagnostic
 from ..model import Document, RunOptions, Spec
 from .checker import Checker
-from .graph import (check_devices, check_kernels, check_ops, check_refs, check_rules, infer_values,
-                    topological_order)
+from .graph import (
+    check_devices,
+    check_kernels,
+    check_ops,
+    check_refs,
+    check_rules,
+    infer_values,
+    topological_order,
+)
 from .loops import check_loops
 from .names import check_name_keys, once_per_copy
 from .outputs import check_outputs
@@ -76,5 +83,6 @@ def validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
     if any(d.is_error for d in diags):
         return None, diags
     spec = Spec(doc, str(data.get("name") or os.path.splitext(os.path.basename(doc.file))[0]), cluster, placement,
-                tuple(order), values, outputs, expansion.loops, run)
+                tuple(order), values, outputs, expansion.loops, run, bool(data.get("cache", False)),
+                expansion.cache_scopes)
     return spec, diags
