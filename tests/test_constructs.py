@@ -98,3 +98,31 @@ def test_a_scope_inside_a_body_keeps_the_body_as_the_group_of_its_ops() -> None:
         """)
     (copy,) = [op for op in expansion.ops if op.name == "towers/0/c"]
     assert copy.group == "towers"
+
+
+def test_a_sweep_never_selects_a_copy_whose_metric_is_nan(tmp_path: Path) -> None:
+    import pytest
+
+    from orchestrator import run_file
+    from orchestrator.errors import RunError
+
+    spec = tmp_path / "sweep.yaml"
+    body = """\
+        version: 1
+        graph:
+          - {name: x, op: ones, shape: [3]}
+          - name: hp
+            sweep:
+              param: lr
+              values: VALUES
+              body:
+                - {name: loss, op: mul, inputs: [x, lr]}
+                - {name: total, op: sum, inputs: [loss]}
+              select: {min: total}
+        outputs: {hp.best: "-"}
+        """
+    spec.write_text(textwrap.dedent(body).replace("VALUES", "[.nan, 2.0, 1.0]"))
+    assert float(run_file(spec, echo=lambda _: None).values["hp.best"]) == 1.0  # min() alone would keep NaN
+    spec.write_text(textwrap.dedent(body).replace("VALUES", "[.nan, .nan]"))
+    with pytest.raises(RunError, match="every copy's metric is NaN"):
+        run_file(spec, echo=lambda _: None)

@@ -107,8 +107,12 @@ def mean_n(ctx: KernelContext, p: Params, *xs: Any) -> Any:
 
 
 def _best(p: Params, metrics: Sequence[Any]) -> int:
+    """The copy with the best metric; a NaN metric is never the best (min() would keep one seen first)."""
     scores = [float(m) for m in metrics]
-    return scores.index(min(scores) if p["mode"] == "min" else max(scores))
+    usable = [s for s in scores if s == s]
+    if not usable:
+        raise KernelError(f"every copy's metric is NaN ({len(scores)} copies): no best {p['mode']} to select")
+    return scores.index(min(usable) if p["mode"] == "min" else max(usable))
 
 
 def select(ctx: KernelContext, p: Params, *metrics: Any) -> Any:
