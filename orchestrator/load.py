@@ -600,6 +600,22 @@ def load_text(text: str | bytes, file: str = "<string>", directory: str = ".") -
     return _load_text_with(text, file, directory, SpecLoader)
 
 
+def parse_value(text: str) -> Any:
+    """One value written on the command line (``--set lr=1e-3``), read as YAML reads it in a spec.
+
+    Same loader, same rules: YAML 1.2 floats, safe tags only. Raises ``ValueError`` with the
+    reader's first line when the text is not one YAML value.
+    """
+    if "\n" in text or "\r" in text:
+        raise ValueError("a value on the command line is one line")
+    try:
+        doc = _parse(f"value: {text}" if text.strip() else "value: ''", "--set", ".", SpecLoader)
+    except LoadError as exc:
+        # the reader's position is in the wrapped text: the message alone is what the user can use
+        raise ValueError(re.sub(r" that starts at line \d+, column \d+", "", exc.diagnostics[0].message)) from None
+    return doc.data["value"]
+
+
 def _load_text_with(text: str | bytes, file: str, directory: str, loader_class: type) -> Document:
     """load_text with an explicit loader class (tests run the pure-Python one too)."""
     if len(text) > MAX_SPEC_BYTES:  # a str of more characters has at least as many bytes

@@ -298,6 +298,17 @@ class RunOptions:
 
 
 @dataclass(frozen=True)
+class Param:
+    """A parameter's effective value: from its default or from ``--set``."""
+
+    name: str
+    type: str  # number, integer, string, boolean, list
+    value: Any
+    source: str  # "default", or the override as written: "--set lr=0.01"
+    description: str = ""
+
+
+@dataclass(frozen=True)
 class Spec:
     """A validated spec: typed cluster and placement, constructs expanded into plain ops."""
 
@@ -312,6 +323,7 @@ class Spec:
     run: RunOptions = RunOptions()
     cache: bool = False  # the spec's ``cache:``
     cache_scopes: Mapping[str, bool] = field(default_factory=dict)  # construct name -> its ``cache:``
+    params: tuple[Param, ...] = ()  # effective values of the ``params:`` block
 
     @property
     def file(self) -> str:

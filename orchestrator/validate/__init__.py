@@ -19,10 +19,14 @@ shapes, devices against the cluster, outputs, and rules that match nothing.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 from ..constructs import expand
 from ..errors import Diagnostic
 from ..model import Document, RunOptions, Spec
+from ..params import explain, resolve_params
 from .checker import Checker
 from .graph import (
     check_devices,
@@ -42,8 +46,21 @@ from .topology import build_cluster, build_placement
 __all__ = ["schema", "schema_text", "topological_order", "validate"]
 
 
-def validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
-    """Check a loaded document; return the typed spec (``None`` if unusable) and all diagnostics."""
+def validate(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[Spec | None, list[Diagnostic]]:
+    """Check a loaded document; return the typed spec (``None`` if unusable) and all diagnostics.
+
+    ``overrides``: ``--set NAME=VALUE`` values for the ``params:`` block, substituted first.
+    """
+    resolved = resolve_params(doc, overrides)
+    if not resolved.ok:
+        return None, sorted(resolved.diagnostics, key=lambda d: (d.severity != "error", d.line, d.column))
+    spec, diags = _validate(resolved.document)
+    diags = explain([*resolved.diagnostics, *diags], resolved.origins)
+    diags.sort(key=lambda d: (d.severity != "error", d.line, d.column))
+    return (replace(spec, params=resolved.params) if spec is not None else None), diags
+
+
+def _validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
     schema_diags = check_schema(doc)
     if schema_diags:
         return None, schema_diags
