@@ -1,6 +1,7 @@
 """The public Python API: compose the stages, nothing else.
 
     load -> validate -> place -> memory                  (check_file, plan_file)
+    two plans -> what changed between them               (diff_plans, diff_files)
     ... -> compile -> execute                            (run_file, run_plan)
     the device workers of one task of a remote cluster   (select_worker_task, serve_worker, worker_commands)
 
@@ -24,6 +25,8 @@ from .memory import plan_memory
 from .model import Plan, RunResult, RunSettings, Spec
 from .perf import paused_gc
 from .place import place
+from .plan_diff import FAIL_CONDITIONS, PlanDiff
+from .plan_diff import diff_plans as _diff_plans
 from .validate import schema_text, validate
 
 if TYPE_CHECKING:
@@ -31,13 +34,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Checked",
+    "FAIL_CONDITIONS",
     "Plan",
+    "PlanDiff",
     "RunResult",
     "RunSettings",
     "cache_directory",
     "cache_entries",
     "check_file",
     "clear_cache",
+    "diff_files",
+    "diff_plans",
     "plan_file",
     "run_file",
     "run_plan",
@@ -97,6 +104,20 @@ def plan_file(path: str | os.PathLike[str], display_name: str | None = None) -> 
     if checked.errors or checked.plan is None:
         raise SpecError(checked.errors or checked.diagnostics)
     return checked.plan
+
+
+def diff_plans(new: Plan, old: Plan) -> PlanDiff:
+    """What changed from ``old`` to ``new``: ops added, removed and moved (with the new plan's why),
+    planned transfers added and removed, peak memory per device before and after."""
+    return _diff_plans(new, old)
+
+
+def diff_files(new_path: str | os.PathLike[str], old_path: str | os.PathLike[str]) -> PlanDiff:
+    """The diff of two specs' plans; raises :class:`SpecError` with the errors of both when either is invalid."""
+    new, old = check_file(new_path), check_file(old_path)
+    if new.errors or old.errors or new.plan is None or old.plan is None:
+        raise SpecError([*new.errors, *old.errors] or [*new.diagnostics, *old.diagnostics])
+    return _diff_plans(new.plan, old.plan)
 
 
 def run_plan(plan: Plan, settings: RunSettings | None = None,

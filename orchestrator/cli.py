@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn, TextIO
 
-from . import api, report
+from . import api, report, report_diff
 from .atomic import write_bytes, write_text
 from .errors import OrchestratorError, UsageError, format_bytes
 from .keys import OP_PREFIX_LIMIT, POLICIES
@@ -58,8 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Place every op and estimate peak memory per device. "
                                    "Never imports user code, never starts a cluster.")
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--format", choices=sorted(report.PLAN_FORMATS), default="text")
+    p.add_argument("--format", choices=sorted({*report.PLAN_FORMATS, *report_diff.PLAN_DIFF_FORMATS}),
+                   default="text", help="text (default), json or dot; with --diff: text, json or github "
+                                        "(annotations and a markdown summary)")
     p.add_argument("--dot", metavar="FILE", help="write a Graphviz graph: .dot, or .svg/.png (needs 'dot')")
+    p.add_argument("--diff", metavar="OLD", help="show what changed from the plan of the spec OLD: ops added, "
+                                                 "removed and moved, transfers, peak memory per device")
+    p.add_argument("--fail-on", action="append", default=[], metavar="moved,memory",
+                   help="with --diff, exit 1 when an op moved (moved) or a device's peak memory grew (memory); "
+                        "repeat it or give a comma list")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_plan)
 
@@ -185,6 +192,12 @@ def _checked(path: str) -> api.Plan | None:
 
 
 def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
+    if args.diff is not None:
+        return _plan_diff(args, out)
+    if args.fail_on:
+        raise UsageError("orchestrate plan: --fail-on needs --diff OLD")
+    if args.format not in report.PLAN_FORMATS:
+        raise UsageError(f"orchestrate plan: --format {args.format} needs --diff OLD")
     plan = _checked(args.file)
     if plan is None:
         return EXIT_INVALID
@@ -192,6 +205,38 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
         _write_dot(args.dot, report.plan_dot(plan))
     out.write(report.PLAN_FORMATS[args.format](plan))
     return EXIT_OK
+
+
+def _fail_conditions(given: Sequence[str]) -> set[str]:
+    """``--fail-on moved --fail-on memory`` or ``--fail-on moved,memory``: the set of conditions."""
+    conditions = {word.strip() for value in given for word in value.split(",") if word.strip()}
+    unknown = sorted(conditions - set(api.FAIL_CONDITIONS))
+    if unknown:
+        raise UsageError(f"orchestrate plan: --fail-on: unknown condition '{unknown[0]}' "
+                         f"(choose from {', '.join(api.FAIL_CONDITIONS)})")
+    return conditions
+
+
+def _plan_diff(args: argparse.Namespace, out: TextIO) -> int:
+    """``plan NEW --diff OLD``: an invalid spec gets its diagnostics as ``validate --format`` prints them."""
+    if args.format not in report_diff.PLAN_DIFF_FORMATS:
+        raise UsageError(f"orchestrate plan: --diff cannot render --format {args.format} "
+                         f"(choose from {', '.join(report_diff.PLAN_DIFF_FORMATS)})")
+    conditions = _fail_conditions(args.fail_on)
+    checked = [api.check_file(args.file), api.check_file(args.diff)]
+    new, old = checked[0].plan, checked[1].plan
+    invalid = [(c.file, c.diagnostics) for c in checked if c.errors or c.plan is None]
+    if invalid or new is None or old is None:
+        out.write(report.DIAGNOSTIC_FORMATS[args.format](invalid, False))
+        return EXIT_INVALID
+    for c in checked:
+        for d in c.warnings:
+            sys.stderr.write(d.render() + "\n")
+    if args.dot:
+        _write_dot(args.dot, report.plan_dot(new))
+    diff = api.diff_plans(new, old)
+    out.write(report_diff.PLAN_DIFF_FORMATS[args.format](diff))
+    return EXIT_INVALID if diff.fails(conditions) else EXIT_OK
 
 
 def _write_dot(target: str, dot_source: str) -> None:

@@ -52,7 +52,8 @@ def diagnostics_json(files: Files, strict: bool = False) -> str:
     }, indent=2) + "\n"
 
 
-def _gh_escape(text: str, prop: bool = False) -> str:
+def github_escape(text: str, prop: bool = False) -> str:
+    """Escape text for a workflow command: its message (``prop=False``) or a property value such as ``file=``."""
     text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     return text.replace(":", "%3A").replace(",", "%2C") if prop else text
 
@@ -64,8 +65,8 @@ def diagnostics_github(files: Files, strict: bool = False) -> str:
         for d in diags:
             message = f"{d.message} ({d.hint})" if d.hint else d.message
             title = f"{d.code} at {format_path(d.path)}"
-            out.append(f"::{d.severity} file={_gh_escape(d.file, True)},line={d.line},col={d.column},"
-                       f"title={_gh_escape(title, True)}::{_gh_escape(message)}")
+            out.append(f"::{d.severity} file={github_escape(d.file, True)},line={d.line},col={d.column},"
+                       f"title={github_escape(title, True)}::{github_escape(message)}")
     return "\n".join(out) + ("\n" if out else "")
 
 
