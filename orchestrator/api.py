@@ -77,7 +77,11 @@ class Checked:
         return not self.errors and not (strict and self.warnings)
 
 
-def check_file(path: str | os.PathLike[str], display_name: str | None = None) -> Checked:
+Params = Mapping[str, object] | None
+"""``--set`` values for a spec's ``params:``: text is read as YAML (``"1e-3"`` is a float), other values used as is."""
+
+
+def check_file(path: str | os.PathLike[str], display_name: str | None = None, params: Params = None) -> Checked:
     """Load, validate, place and plan memory; collect every diagnostic on the way."""
     name = display_name or os.fspath(path)
     with paused_gc():
@@ -85,7 +89,7 @@ def check_file(path: str | os.PathLike[str], display_name: str | None = None) ->
             doc = load_file(path, name)
         except SpecError as exc:
             return Checked(name, exc.diagnostics)
-        spec, diagnostics = validate(doc)
+        spec, diagnostics = validate(doc, params)
         if spec is None:
             return Checked(name, tuple(diagnostics))
         plan = place(spec)
@@ -98,9 +102,9 @@ def check_file(path: str | os.PathLike[str], display_name: str | None = None) ->
 validate_file = check_file
 
 
-def plan_file(path: str | os.PathLike[str], display_name: str | None = None) -> Plan:
+def plan_file(path: str | os.PathLike[str], display_name: str | None = None, params: Params = None) -> Plan:
     """The plan of a valid spec; raises :class:`SpecError` with every error otherwise."""
-    checked = check_file(path, display_name)
+    checked = check_file(path, display_name, params)
     if checked.errors or checked.plan is None:
         raise SpecError(checked.errors or checked.diagnostics)
     return checked.plan
@@ -112,9 +116,10 @@ def diff_plans(new: Plan, old: Plan) -> PlanDiff:
     return _diff_plans(new, old)
 
 
-def diff_files(new_path: str | os.PathLike[str], old_path: str | os.PathLike[str]) -> PlanDiff:
-    """The diff of two specs' plans; raises :class:`SpecError` with the errors of both when either is invalid."""
-    new, old = check_file(new_path), check_file(old_path)
+def diff_files(new_path: str | os.PathLike[str], old_path: str | os.PathLike[str], params: Params = None) -> PlanDiff:
+    """The diff of two specs' plans (``params`` set in both); raises :class:`SpecError` with the errors of both
+    when either is invalid."""
+    new, old = check_file(new_path, params=params), check_file(old_path, params=params)
     if new.errors or old.errors or new.plan is None or old.plan is None:
         raise SpecError([*new.errors, *old.errors] or [*new.diagnostics, *old.diagnostics])
     return _diff_plans(new.plan, old.plan)
@@ -129,15 +134,15 @@ def run_plan(plan: Plan, settings: RunSettings | None = None,
 
 
 def run_file(path: str | os.PathLike[str], settings: RunSettings | None = None, *,
-             echo: Callable[[str], None] | None = None, **overrides: object) -> RunResult:
+             echo: Callable[[str], None] | None = None, params: Params = None, **overrides: object) -> RunResult:
     """Check, plan and run a spec; return its values and run report.
 
-    ``overrides`` are fields of :class:`~orchestrator.model.RunSettings`
-    (``scheduler``, ``output_dir``, ``report_path``, ``keep_alive``, ...).
+    ``params`` set the spec's ``params:`` (as ``--set`` does). ``overrides`` are fields of
+    :class:`~orchestrator.model.RunSettings` (``scheduler``, ``output_dir``, ``report_path``, ...).
     """
     from dataclasses import replace as _replace
 
-    plan = plan_file(path)
+    plan = plan_file(path, params=params)
     chosen = _replace(settings or RunSettings(), **overrides)  # type: ignore[arg-type]
     return run_plan(plan, chosen, echo)
 
