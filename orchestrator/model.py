@@ -307,6 +307,10 @@ class Param:
     source: str  # "default", or the override as written: "--set lr=0.01"
     description: str = ""
 
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type, "value": self.value, "source": self.source,
+                "description": self.description}
+
 
 @dataclass(frozen=True)
 class Spec:
@@ -613,6 +617,7 @@ class RunReport:
     granularity: str = "partition"
     loops: Mapping[str, str] = field(default_factory=dict)  # loop -> how its windows ran, and why
     transfers: tuple[TransferRecord, ...] = ()
+    params: tuple[Param, ...] = ()
 
     @property
     def placement(self) -> dict[str, dict[str, int]]:
@@ -632,7 +637,8 @@ class RunReport:
                 "totals": self.totals.as_dict(), "restarted_devices": list(self.restarted_devices),
                 "unverified": list(self.unverified), "phases_seconds": dict(self.phases_seconds),
                 "granularity": self.granularity, "loops": dict(self.loops),
-                "transfers": [t.as_dict() for t in self.transfers]}
+                "transfers": [t.as_dict() for t in self.transfers],
+                "params": [p.as_dict() for p in self.params]}
 
 
 @dataclass(frozen=True)

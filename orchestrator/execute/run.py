@@ -315,7 +315,7 @@ class Runner:
                          (self.task_names, self.task_names_why), elapsed, checked,
                          device_records(self.plan, stats), totals, tuple(sorted(restarted)), unverified,
                          granularity=self.settings.granularity, loops=dict(self.loop_modes),
-                         transfers=tuple(sorted(transfers, key=lambda t: t.start)))
+                         transfers=tuple(sorted(transfers, key=lambda t: t.start)), params=self.spec.params)
 
 
 def _wait_forever() -> None:
