@@ -112,3 +112,25 @@ def test_a_refused_connection_says_refused_at_once(tmp_path: Path, command: str)
     assert done.returncode == 1
     assert "connection refused" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert time.monotonic() - started < 15  # Python, Dask's import and the refusal; not a 30-second wait
+
+
+@pytest.mark.parametrize(("command", "address", "expected"), [
+    ("run", "tcp://127.0.0.1", "error: scheduler address 'tcp://127.0.0.1' has no port (write tcp://127.0.0.1:8786, "
+                               "Dask's default scheduler port, or local for an embedded cluster)"),
+    ("worker", "foo bar:1", "error: scheduler address 'foo bar:1' contains a space (write local, or host:port such "
+                            "as tcp://10.0.0.1:8786; an IPv6 host goes in brackets: tcp://[::1]:8786)"),
+    ("run", "udp://h:1", "error: scheduler address 'udp://h:1' has an unknown protocol 'udp'"),
+])
+def test_a_bad_scheduler_option_is_one_line_not_dasks_traceback(tmp_path: Path, command: str, address: str,
+                                                                 expected: str) -> None:
+    """--scheduler is checked as the spec's cluster.scheduler is (it once gave 'internal error: ValueError')."""
+    spec = write(tmp_path / "spec.yaml", """\
+        version: 1
+        graph:
+          - {name: a, op: ones, shape: [2]}
+        """)
+    extra = ["--job", "localhost", "--task", "0"] if command == "worker" else []
+    done = subprocess.run([sys.executable, "-m", "orchestrator", command, str(spec), "--scheduler", address, *extra],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.startswith(expected) and len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import RunError, UsageError
 from ..model import Tls
+from ..validate import scheduler_problem
 
 FLAGS = {"ca_file": "--tls-ca-file", "cert": "--tls-cert", "key": "--tls-key"}
 
@@ -117,6 +118,9 @@ def scheduler_address(address: str, tls: object) -> str:
     ``tls`` is anything but None when TLS is configured (a ``Security`` or :class:`TlsFiles`).
     """
     address = address.strip()
+    found = scheduler_problem(address)
+    if found is not None:  # --scheduler is not checked with the spec: say it here, not as Dask's ValueError
+        raise RunError(f"{found[0]} ({found[1]})")
     scheme, sep, _ = address.partition("://")
     if tls is not None:
         if not sep:

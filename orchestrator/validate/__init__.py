@@ -41,9 +41,9 @@ from .loops import check_loops
 from .names import check_name_keys, once_per_copy
 from .outputs import check_outputs
 from .schema import check_schema, schema, schema_text
-from .topology import build_cluster, build_placement
+from .topology import build_cluster, build_placement, scheduler_problem
 
-__all__ = ["schema", "schema_text", "topological_order", "validate"]
+__all__ = ["schema", "schema_text", "scheduler_problem", "topological_order", "validate"]
 
 
 def validate(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[Spec | None, list[Diagnostic]]:

@@ -107,25 +107,31 @@ def build_job(c: Checker, name: str, spec: Mapping[str, Any], path: YamlPath) ->
 
 def check_scheduler(c: Checker, address: str, path: YamlPath) -> None:
     """``local``, or ``[PROTOCOL://]host:port`` as Dask dials it; a slip here once surfaced as a traceback."""
+    found = scheduler_problem(address)
+    if found is not None:
+        c.error("scheduler", path, *found)
+
+
+def scheduler_problem(address: str) -> tuple[str, str] | None:
+    """What is wrong with a scheduler address (the spec's or ``--scheduler``), and what to write; None if fine."""
     if address == "local":
-        return
+        return None
     protocol, sep, target = address.partition("://")
     if sep and protocol not in SCHEDULER_PROTOCOLS:
-        c.error("scheduler", path, f"scheduler address '{address}' has an unknown protocol '{protocol}'",
+        return (f"scheduler address '{address}' has an unknown protocol '{protocol}'",
                 f"Dask's protocols are {', '.join(SCHEDULER_PROTOCOLS)}: write e.g. tcp://host:port or "
                 f"tls://host:port, or local for an embedded cluster")
-        return
     host_port = target if sep else address
     problem = address_problem(host_port)
     if problem is None:
-        return
+        return None
     if problem == "has no port" and host_port.rstrip(":"):
         hint = (f"write {address.rstrip(':')}:{DASK_PORT}, Dask's default scheduler port, "
                 f"or local for an embedded cluster")
     else:
         hint = (f"write local, or host:port such as tcp://10.0.0.1:{DASK_PORT}; "
                 f"an IPv6 host goes in brackets: tcp://[::1]:{DASK_PORT}")
-    c.error("scheduler", path, f"scheduler address '{address}' {problem}", hint)
+    return f"scheduler address '{address}' {problem}", hint
 
 
 def check_task_addresses(c: Checker, job: str, addresses: tuple[str, ...], path: YamlPath) -> None:
