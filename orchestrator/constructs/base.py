@@ -88,6 +88,12 @@ class Expander:
         if isinstance(spec, list):
             found = [self.device(text, (*path, i), source) for i, text in enumerate(spec)]
             return [d for d in found if d is not None]
+        if isinstance(spec, str) and "," in spec:  # YAML reads "devices: /gpu:0, /gpu:1" as one string
+            items = ", ".join(part.strip() for part in spec.split(","))
+            self.diagnostics.append(self.doc.diagnostic(
+                "device-syntax", path, f"'{spec}' is one device string with commas, not a list of devices",
+                f"write a list: [{items}]"))
+            return []
         pattern = self.device(spec, path, source)
         if pattern is None or self.cluster is None:
             return []

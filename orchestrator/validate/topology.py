@@ -82,7 +82,8 @@ def build_job(c: Checker, name: str, spec: Mapping[str, Any], path: YamlPath) ->
     mpath = (*path, "gpu_memory")
     fraction = mem.get("fraction")
     if fraction is not None and not 0 < fraction <= 1:
-        c.error("gpu-fraction", (*mpath, "fraction"), f"fraction {fraction} is not in (0, 1]",
+        shown = ".nan" if fraction != fraction else fraction  # YAML's spelling, not Python's nan
+        c.error("gpu-fraction", (*mpath, "fraction"), f"fraction {shown} is not in (0, 1]",
                    "e.g. fraction: 0.4 for 40% of each GPU")
         fraction = None
     if "limit" in mem and "fraction" in mem:
