@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Never imports user code, never starts a cluster.")
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--format", choices=sorted(report.DIAGNOSTIC_FORMATS), default="text",
-                   help="text (default), json, or github (GitHub Actions annotations)")
+                   help="text (default), json, github (GitHub Actions annotations) or sarif (SARIF 2.1.0 for "
+                        "code scanning)")
     p.add_argument("--strict", action="store_true", help="warnings fail too")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_validate)

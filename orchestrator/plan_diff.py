@@ -105,7 +105,7 @@ class PlanDiff:
     moved: tuple[MovedOp, ...]
     transfers_added: tuple[PlannedMove, ...]
     transfers_removed: tuple[PlannedMove, ...]
-    memory: tuple[MemoryChange, ...]  # every device either plan uses: the new plan's order, then the old's
+    memory: tuple[MemoryChange, ...]  # every device either plan uses, in the new cluster's order
 
     @property
     def memory_changes(self) -> tuple[MemoryChange, ...]:
@@ -148,8 +148,12 @@ def _moves(plan: Plan) -> dict[tuple[str, str, str], PlannedMove]:
 def _memory(new: Plan, old: Plan) -> tuple[MemoryChange, ...]:
     before: dict[str, DeviceMemory] = {m.device: m for m in old.memory}
     after: dict[str, DeviceMemory] = {m.device: m for m in new.memory}
+    # Cluster order (a device the new plan no longer uses stays in its place); devices outside the
+    # cluster's list (GPU:* of ops Dask places) go last, in the plans' order.
+    rank = {d.name: i for i, d in enumerate(new.spec.cluster.devices)}
+    devices = sorted([*after, *(d for d in before if d not in after)], key=lambda d: rank.get(d, len(rank)))
     out = []
-    for device in [*after, *(d for d in before if d not in after)]:
+    for device in devices:
         b, a = before.get(device), after.get(device)
         # An annotation needs a place in a file: the op at the peak, in the plan that has the device.
         where, peak_op = (new, a.peak_op) if a is not None else (old, b.peak_op if b else None)

@@ -1,4 +1,4 @@
-"""Renderers: diagnostics and plans as text, JSON, GitHub annotations or Graphviz.
+"""Renderers: diagnostics and plans as text, JSON, GitHub annotations, SARIF or Graphviz.
 
 Renderers are chosen by name from registries (``DIAGNOSTIC_FORMATS``,
 ``PLAN_FORMATS``); each is a pure function from records to a string.
@@ -14,6 +14,7 @@ from .errors import Diagnostic, format_bytes, format_path
 from .model import DeviceMemory, Placement, Plan
 from .ops import tf_name
 from .partition import Partition, partition
+from .report_sarif import diagnostics_sarif
 
 PLAN_JSON_VERSION = 1
 
@@ -71,7 +72,7 @@ def diagnostics_github(files: Files, strict: bool = False) -> str:
 
 
 DIAGNOSTIC_FORMATS: Mapping[str, Callable[[Files, bool], str]] = {
-    "text": diagnostics_text, "json": diagnostics_json, "github": diagnostics_github,
+    "text": diagnostics_text, "json": diagnostics_json, "github": diagnostics_github, "sarif": diagnostics_sarif,
 }
 
 

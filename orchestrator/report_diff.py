@@ -38,14 +38,19 @@ def _limit(value: int | None) -> str:
 
 
 def _note(m: MemoryChange) -> str:
-    notes = []
+    """What the numbers alone do not say: the device is new or gone, or its limit changed."""
     if m.before is None:
-        notes.append("newly used")
-    elif m.after is None:
-        notes.append("no longer used")
-    elif m.limit_before != m.limit_after:
-        notes.append(f"limit {_limit(m.limit_before)} -> {_limit(m.limit_after)}")
-    return f" ({'; '.join(notes)})" if notes else ""
+        return "newly used"
+    if m.after is None:
+        return "no longer used"
+    if m.limit_before != m.limit_after:
+        return f"limit {_limit(m.limit_before)} -> {_limit(m.limit_after)}"
+    return ""
+
+
+def _change(m: MemoryChange) -> str:
+    """``+24 B`` or ``-24 B, no longer used``."""
+    return ", ".join(part for part in (_signed(m.delta), _note(m)) if part)
 
 
 def summary_line(diff: PlanDiff) -> str:
@@ -54,9 +59,9 @@ def summary_line(diff: PlanDiff) -> str:
         return "no changes: the same ops on the same devices, the same transfers, the same peak memory"
     memory = diff.memory_changes
     grew = f" ({len(diff.memory_grown)} grew)" if diff.memory_grown else ""
+    peaks = f"peak memory changed on {_count(len(memory), 'device')}{grew}" if memory else "peak memory unchanged"
     return (f"{_count(len(diff.moved), 'op')} moved, {len(diff.added)} added, {len(diff.removed)} removed; "
-            f"{_count(len(diff.transfers_added), 'transfer')} added, {len(diff.transfers_removed)} removed; "
-            f"peak memory changed on {_count(len(memory), 'device')}{grew}")
+            f"{_count(len(diff.transfers_added), 'transfer')} added, {len(diff.transfers_removed)} removed; {peaks}")
 
 
 def _title(diff: PlanDiff) -> str:
@@ -93,7 +98,7 @@ def plan_diff_text(diff: PlanDiff) -> str:
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         for device, before, after, delta, note in rows:
             lines.append(f"  {device.ljust(widths[0])}  {before.rjust(widths[1])} -> {after.rjust(widths[2])}  "
-                         f"{delta.rjust(widths[3])}{note}".rstrip())
+                         f"{delta.rjust(widths[3])}{f' ({note})' if note else ''}")
         if len(changes) < len(diff.memory):
             lines.append(f"  ({_count(len(diff.memory) - len(changes), 'other device')} unchanged)")
     return "\n".join(lines) + "\n"
@@ -161,7 +166,7 @@ def _markdown(diff: PlanDiff) -> list[str]:
     if diff.memory_changes:
         lines += ["", "| device | peak before | peak after | change |", "|---|---:|---:|---:|"]
         lines += [f"| `{m.device}` | {_peak(m.before, m.lower_bound_before)} | {_peak(m.after, m.lower_bound_after)} "
-                  f"| {_signed(m.delta)}{_cell(_note(m))} |" for m in diff.memory_changes]
+                  f"| {_cell(_change(m))} |" for m in diff.memory_changes]
     return lines
 
 
@@ -185,7 +190,7 @@ def plan_diff_github(diff: PlanDiff) -> str:
                                f"{e.op} ({tf_name(e.kind)}) was on {e.device} in {e.file}"))
     for c in diff.memory_changes:
         text = (f"peak memory of {c.device}: {_peak(c.before, c.lower_bound_before)} -> "
-                f"{_peak(c.after, c.lower_bound_after)} ({_signed(c.delta)}){_note(c)}")
+                f"{_peak(c.after, c.lower_bound_after)} ({_change(c)})")
         if c.after is not None and c.peak_op:
             text += f"; the op at the peak is '{c.peak_op}'"
         level, title = ("warning", "peak memory grew") if c.grew else ("notice", "peak memory changed")
