@@ -105,7 +105,7 @@ def plan_diff_text(diff: PlanDiff) -> str:
 
 
 def plan_diff_dict(diff: PlanDiff) -> dict[str, Any]:
-    """The diff as plain data; documented in docs/plan-json.md (``format`` changes only on breaking edits)."""
+    """The diff as plain data; documented in docs/ci.md (``format`` changes only on breaking edits)."""
     def where(file: str, line: int, column: int) -> dict[str, Any]:
         return {"file": file, "line": line, "column": column}
 
