@@ -10,7 +10,7 @@ squared error; the gradients are averaged on a parameter-server CPU, where Adam 
 Sides, each run as a fresh process of its own (its whole wall time is the "whole process" figure: Python
 start, imports, cluster start, the loop, shut-down):
 
-* ``orchestrate``: ``orchestrate run examples/polyfit.yaml --report R --output-dir D`` (the venv's console
+* ``orchestrate``: ``orchestrate run examples/polyfit.yaml --set steps=N --report R --output-dir D`` (the console
   script; extra arguments with ``--orchestrate-args``). Loop = the report's ``phases_seconds["compute"]``;
   final w parsed from the ``train.w =`` lines it prints.
 * ``dask-futures``: ``LocalCluster`` of 4 single-thread worker processes (the spec's ps CPU, worker CPU,
@@ -59,7 +59,6 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 EXAMPLE = os.path.join(ROOT, "examples", "polyfit.yaml")
-EXAMPLE_FNS = os.path.join(ROOT, "examples", "polyfit_fns.py")
 
 SEED, BATCH, LOW, HIGH = 7, 50, -10.0, 10.0
 LR, BETA1, BETA2, EPS = 0.1, 0.9, 0.999, 1e-8
@@ -270,22 +269,9 @@ def orchestrate_command() -> list[str]:
     return [script] if os.path.exists(script) else [sys.executable, "-m", "orchestrator"]
 
 
-def spec_for(steps: int, workdir: str) -> str:
-    """examples/polyfit.yaml itself when it already runs ``steps`` steps, else a copy (with its functions)."""
-    with open(EXAMPLE) as handle:
-        text = handle.read()
-    found = re.search(r"\bsteps:\s*(\d+)", text)
-    if found and int(found.group(1)) == steps:
-        return EXAMPLE
-    if not found:
-        raise SystemExit(f"cannot find the step count in {EXAMPLE}")
-    text = re.sub(r"(\bsteps:\s*)\d+", rf"\g<1>{steps}", text, count=1)
-    text = re.sub(r"(\bwindow:\s*)(\d+)", lambda mo: f"{mo.group(1)}{min(int(mo.group(2)), steps)}", text, count=1)
-    path = os.path.join(workdir, "polyfit.yaml")
-    with open(path, "w") as handle:
-        handle.write(text)
-    shutil.copy(EXAMPLE_FNS, workdir)
-    return path
+def step_settings(steps: int) -> list[str]:
+    """The example's own parameters set for ``steps`` steps (its window no longer than the run)."""
+    return ["--set", f"steps={steps}", "--set", f"window={min(100, steps)}"]
 
 
 def parse_w(stdout: str) -> list[float] | None:
@@ -325,9 +311,9 @@ def run_process(cmd: list[str], timeout: float | None, cwd: str) -> tuple[float,
 def run_orchestrate(steps: int, extra: list[str], timeout: float | None) -> dict[str, Any]:
     workdir = tempfile.mkdtemp(prefix="b6-orchestrate-")
     try:
-        spec = spec_for(steps, workdir)
         report_path = os.path.join(workdir, "run.json")
-        cmd = [*orchestrate_command(), "run", spec, "--report", report_path, "--output-dir", workdir, *extra]
+        cmd = [*orchestrate_command(), "run", EXAMPLE, *step_settings(steps), "--report", report_path,
+               "--output-dir", workdir, *extra]
         whole, done = run_process(cmd, timeout, ROOT)
         if done.returncode != 0:
             raise RuntimeError(f"{shlex.join(cmd)} exited {done.returncode}\n{done.stdout[-2000:]}\n"

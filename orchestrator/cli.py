@@ -38,6 +38,23 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+def _add_set(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="set_params",
+                   help="set a parameter of the spec's params: block (repeatable; VALUE is read as YAML: "
+                        "--set lr=1e-3, --set sizes=[2,4])")
+
+
+def _params(args: argparse.Namespace) -> dict[str, str]:
+    """``--set NAME=VALUE`` options as a mapping (values stay text: validation reads them as YAML)."""
+    params: dict[str, str] = {}
+    for item in getattr(args, "set_params", []):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"orchestrate {args.command}: --set {item}: write NAME=VALUE, e.g. --set lr=0.01")
+        params[name.strip()] = value
+    return params
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="orchestrate", description="Declarative job specs for GPU and CPU compute on Dask.")
     parser.add_argument("--version", action="version", version=f"orchestrate {_version()}")
@@ -53,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "code scanning)")
     p.add_argument("--strict", action="store_true", help="warnings fail too")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    _add_set(p)
     p.set_defaults(handler=cmd_validate)
 
     p = sub.add_parser("plan", help="where every op runs, why, and memory per device",
@@ -69,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --diff, exit 1 when an op moved (moved) or a device's peak memory grew (memory); "
                         "repeat it or give a comma list")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    _add_set(p)
     p.set_defaults(handler=cmd_plan)
 
     p = sub.add_parser("run", help="run a spec on an embedded or remote Dask cluster",
@@ -103,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     _add_tls_flags(p)
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    _add_set(p)
     p.set_defaults(handler=cmd_run)
 
     p = sub.add_parser("worker", help="start the Dask workers of one task of a spec on this machine",
@@ -127,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(for dask-jobqueue, dask-kubernetes, dask-cuda)")
     _add_tls_flags(p)
     p.add_argument("--debug", action="store_true", help="also show Dask's own log messages")
+    _add_set(p)
     p.set_defaults(handler=cmd_worker)
 
     p = sub.add_parser("cache", help="list or clear the cache of values",
@@ -175,15 +196,16 @@ def _gpu_list(text: str) -> tuple[int, ...]:
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
-    results = [api.check_file(path) for path in args.files]
+    params = _params(args)
+    results = [api.check_file(path, params=params) for path in args.files]
     files = [(r.file, r.diagnostics) for r in results]
     out.write(report.DIAGNOSTIC_FORMATS[args.format](files, args.strict))
     return EXIT_OK if all(r.ok(args.strict) for r in results) else EXIT_INVALID
 
 
-def _checked(path: str) -> api.Plan | None:
+def _checked(path: str, params: dict[str, str] | None = None) -> api.Plan | None:
     """The plan of a spec for plan/run/worker: diagnostics to stderr; ``None`` when it has errors."""
-    checked = api.check_file(path)
+    checked = api.check_file(path, params=params)
     if checked.errors or checked.plan is None:
         sys.stderr.write(report.diagnostics_text([(checked.file, checked.diagnostics)]))
         return None
@@ -199,7 +221,7 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError("orchestrate plan: --fail-on needs --diff OLD")
     if args.format not in report.PLAN_FORMATS:
         raise UsageError(f"orchestrate plan: --format {args.format} needs --diff OLD")
-    plan = _checked(args.file)
+    plan = _checked(args.file, _params(args))
     if plan is None:
         return EXIT_INVALID
     if args.dot:
@@ -224,7 +246,8 @@ def _plan_diff(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError(f"orchestrate plan: --diff cannot render --format {args.format} "
                          f"(choose from {', '.join(report_diff.PLAN_DIFF_FORMATS)})")
     conditions = _fail_conditions(args.fail_on)
-    checked = [api.check_file(args.file), api.check_file(args.diff)]
+    params = _params(args)
+    checked = [api.check_file(args.file, params=params), api.check_file(args.diff, params=params)]
     new, old = checked[0].plan, checked[1].plan
     invalid = [(c.file, c.diagnostics) for c in checked if c.errors or c.plan is None]
     if invalid or new is None or old is None:
@@ -255,7 +278,7 @@ def _write_dot(target: str, dot_source: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    plan = _checked(args.file)
+    plan = _checked(args.file, _params(args))
     if plan is None:
         return EXIT_INVALID
     settings = api.RunSettings(scheduler=args.scheduler, keep_alive=args.keep_alive, output_dir=args.output_dir,
@@ -276,7 +299,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
-    plan = _checked(args.file)
+    plan = _checked(args.file, _params(args))
     if plan is None:
         return EXIT_INVALID
     spec = plan.spec

@@ -13,6 +13,7 @@ from .compile import loop_mode
 from .errors import Diagnostic, format_bytes, format_path
 from .model import DeviceMemory, Placement, Plan
 from .ops import tf_name
+from .params import describe
 from .partition import Partition, partition
 from .report_sarif import diagnostics_sarif
 
@@ -97,6 +98,10 @@ def plan_text(plan: Plan) -> str:
     spec = plan.spec
     lines = [f"plan for '{spec.name}' ({spec.file}): {_count(len(plan.placements), 'op')} on "
              f"{len(plan.memory)} of {_count(len(spec.cluster.devices), 'device')}", ""]
+    if spec.params:  # the effective values, and which of them an override set
+        lines[-1:-1] = ["params: " + ", ".join(
+            f"{p.name} = {describe(p.value)}" + (f" ({p.source})" if p.source != "default" else "")
+            for p in spec.params)]
     header = ("device", "ops", "peak / limit", "used", "in", "out")
     rows = []
     for m in plan.memory:
@@ -167,6 +172,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "partitions": [{"device": p.device.to_string(), "ops": list(p.ops)} for p in outer_partitions(plan)],
         "loops": {loop.name: dict(zip(("mode", "why"), loop_mode(plan, loop, "partition")))
                   for loop in spec.loops},
+        "params": [p.as_dict() for p in spec.params],
         "diagnostics": [d.as_dict() for d in plan.diagnostics],
     }
 

@@ -128,8 +128,8 @@ def test_polyfit_is_the_same_at_both_granularities(tmp_path: Path) -> None:
     with gang windows (one task per device per window, values sent worker to worker)."""
     shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("results"))
     spec = tmp_path / "examples" / "polyfit.yaml"
-    spec.write_text(spec.read_text().replace("steps: 2000", "steps: 200").replace("window: 100", "window: 50"))
-    runs = {g: run_file(spec, echo=quiet, granularity=g) for g in ("op", "partition")}
+    runs = {g: run_file(spec, echo=quiet, granularity=g, params={"steps": "200", "window": 50})
+            for g in ("op", "partition")}
     by_op, by_partition = runs["op"], runs["partition"]
     np.testing.assert_array_equal(by_op.values["train.w"], by_partition.values["train.w"])
     np.testing.assert_array_equal(by_op.values["train.loss"], by_partition.values["train.loss"])
