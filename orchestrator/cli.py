@@ -310,7 +310,7 @@ def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
         if not args.dask_commands:
             raise UsageError("orchestrate worker: --scheduler ADDRESS is required "
                              "(the spec's cluster.scheduler is 'local')")
-        address = "SCHEDULER_ADDRESS"
+        address = "SCHEDULER_HOST:8786"  # a placeholder for the printed commands, shaped as an address
     if args.dask_commands:
         out.writelines(command + "\n" for command in api.worker_commands(spec, selected, address, tls))
         return EXIT_OK

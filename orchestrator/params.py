@@ -134,7 +134,7 @@ class _Resolver:
                            close or f"a parameter has {', '.join(_FIELDS)}", key=True)
                 ok = False
         kind = decl.get("type")
-        if kind not in _TYPES:
+        if not isinstance(kind, str) or kind not in _TYPES:
             if "type" not in decl:
                 message, hint = f"parameter '{name}' has no type", f"add type: one of {', '.join(_TYPES)}"
             else:
