@@ -24,7 +24,7 @@ import pytest
 from orchestrator.load import MAX_SPEC_BYTES
 from orchestrator.model import OpRef
 
-from spec_helpers import HANG, INVALID, at_repo_root, cli, codes, strict_file, timed_check, write  # noqa: F401 (a fixture)
+from cli_helpers import HANG, INVALID, at_repo_root, cli, codes, strict_file, timed_check, write  # noqa: F401 (a fixture)
 
 
 

@@ -22,7 +22,7 @@ from orchestrator.api import check_file
 from orchestrator.errors import OpFailedError, RunError
 from orchestrator.execute.outputs import resolve_output
 
-from spec_helpers import CPU0, cli, write
+from cli_helpers import CPU0, cli, write
 
 import stat
 
