@@ -76,10 +76,11 @@ def _text(value: Any) -> str:
 
 
 def _kind_of(value: Any) -> str:
+    """What a value is, in the words the declared types use (a bool is checked before the numbers it also is)."""
     for name in ("boolean", "integer", "number", "string", "list"):
-        if _TYPES[name][0](value):
-            return {"boolean": "true or false", "integer": "a whole number", "number": "a number",
-                    "string": "text", "list": "a list"}[name]
+        check, what, _ = _TYPES[name]
+        if check(value):
+            return what
     return "a mapping" if isinstance(value, dict) else "null" if value is None else type(value).__name__
 
 

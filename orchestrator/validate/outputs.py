@@ -94,7 +94,7 @@ def check_outputs(c: Checker, data: Mapping[str, Any], by_name: Mapping[str, Op]
                 _format_of(c, str(op.params[param]), (*op.path, param), "load path", op.params.get("format"),
                            lambda f: f.read is not None)
                 files.read(str(op.params[param]), label(op))
-    for ops in copies.values():
+    for ops in copies.values():  # after every read is known: a save may not overwrite a file any op loads
         op = ops[0]
         definition = lookup(op.kind)
         if definition is None:
