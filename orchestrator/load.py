@@ -363,12 +363,16 @@ def _compose(loader: Any) -> Node | None:
             frame[1] = None
 
 
+_TOO_DEEP_MESSAGE = f"the document nests deeper than {MAX_NESTING_DEPTH} levels"
+_TOO_DEEP_HINT = "flatten the structure; no spec needs nesting this deep"
+
+
 def _open_collection(event: Any, is_mapping: bool, anchors: dict[str, Node], stack: list[list[Any]]) -> None:
     if len(stack) >= MAX_NESTING_DEPTH:
         raise _Problem(
             "yaml-too-deep",
-            f"the document nests deeper than {MAX_NESTING_DEPTH} levels",
-            "flatten the structure; no spec needs nesting this deep",
+            _TOO_DEEP_MESSAGE,
+            _TOO_DEEP_HINT,
             position=_mark_position(event.start_mark),
             path=_stack_path(stack)[:8],  # the outer parts say where; 200 more say nothing
         )
@@ -694,6 +698,8 @@ def _parse(text: str, file: str, directory: str, loader_class: type) -> Document
     except _Problem as problem:
         raise LoadError([problem.diagnostic(file, root)]) from None
     except yaml.MarkedYAMLError as err:
+        if _is_libyaml_nesting_limit(err):
+            raise LoadError([_too_deep_diagnostic(err, file, text, loader_class)]) from None
         raise LoadError([_yaml_error_diagnostic(err, file, text)]) from None
     except yaml.YAMLError as err:  # unmarked (e.g. a reader error): no better position
         _fail("yaml-syntax", file, str(err).splitlines()[0], _SYNTAX_HINT)
@@ -704,6 +710,31 @@ def _parse(text: str, file: str, directory: str, loader_class: type) -> Document
         raise LoadError(_duplicate_diagnostics(loader.duplicates, root, file))
     assert root is not None  # a document with data has a root node
     return Document(file=file, data=data, locate_fn=_Locator(root), directory=directory)
+
+
+def _is_libyaml_nesting_limit(err: yaml.MarkedYAMLError) -> bool:
+    """libyaml's own nesting bound (PyYAML 6.0.4: 'exceeded maximum nesting depth')."""
+    return err.problem is not None and "maximum nesting depth" in err.problem
+
+
+def _too_deep_diagnostic(err: yaml.MarkedYAMLError, file: str, text: str, loader_class: type) -> Diagnostic:
+    """Report libyaml's nesting limit as our own ``yaml-too-deep``, at our bound.
+
+    libyaml's scanner looks ahead over a flow collection for a possible simple
+    key, so it can reach its limit (about 1,000 levels) before our composer
+    has seen 200 events. The pure Python scanner has no such look-ahead
+    limit: reading the text again with it finds the place where our bound is
+    crossed, so the diagnostic is the same whichever bound was hit first. A
+    pure Python loader with a limit of its own is reported at its mark.
+    """
+    if yaml.__with_libyaml__ and issubclass(loader_class, yaml.CSafeLoader):
+        try:
+            _parse(text, file, ".", _loader_class(yaml.SafeLoader))
+        except LoadError as again:
+            return again.diagnostics[0]
+    mark = err.problem_mark or err.context_mark
+    position = _mark_position(mark) if mark is not None else (1, 1)
+    return Diagnostic("yaml-too-deep", file, position[0], position[1], (), _TOO_DEEP_MESSAGE, _TOO_DEEP_HINT)
 
 
 def _check_top_level(root: Node | None) -> None:

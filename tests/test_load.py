@@ -332,6 +332,52 @@ def test_deep_nesting_is_refused_without_crashing(loader_class: type) -> None:
     assert problem.message == f"the document nests deeper than {load.MAX_NESTING_DEPTH} levels"
 
 
+def test_deep_block_nesting_is_refused_at_our_bound(loader_class: type) -> None:
+    # 1,100 block levels: libyaml 6.0.4 stops at about 1,000 ("while increasing
+    # block level"), older libyaml and the pure scanner go on; the bound is ours.
+    text = "".join("  " * level + "a:\n" for level in range(1_100)) + "  " * 1_100 + "b: 1\n"
+    problem = only_problem(text, loader_class)
+    assert problem.code == "yaml-too-deep"
+    assert (problem.line, problem.column) == (load.MAX_NESTING_DEPTH + 1, 2 * load.MAX_NESTING_DEPTH + 1)
+    assert problem.hint == "flatten the structure; no spec needs nesting this deep"
+
+
+class _LimitedScanner(yaml.SafeLoader):
+    """A pure scanner with libyaml 6.0.4's flow-level limit, raised as libyaml raises it."""
+
+    def fetch_flow_collection_start(self, token_class: type) -> None:
+        if self.flow_level >= 1_000:
+            mark = self.get_mark()
+            raise yaml.scanner.ScannerError(
+                "while increasing flow level", mark, "exceeded maximum nesting depth", mark
+            )
+        super().fetch_flow_collection_start(token_class)  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("brackets", [100_000, 1_001])
+def test_a_scanner_nesting_limit_is_reported_as_too_deep(brackets: int) -> None:
+    # Whichever bound is hit first, the user sees yaml-too-deep with our hint,
+    # never the scanner's "exceeded maximum nesting depth" as a syntax error.
+    limited = load._loader_class(_LimitedScanner)
+    problem = only_problem("a: " + "[" * brackets + "]" * brackets + "\n", limited)
+    assert problem.code == "yaml-too-deep"
+    assert problem.message == f"the document nests deeper than {load.MAX_NESTING_DEPTH} levels"
+    assert problem.hint == "flatten the structure; no spec needs nesting this deep"
+    assert problem.line == 1
+
+
+def test_libyaml_nesting_limit_is_reported_at_our_bound() -> None:
+    # PyYAML 6.0.4's libyaml raises its own ScannerError at about 1,000 flow
+    # levels, before our composer sees level 200; 6.0.3 composes to our bound.
+    # Either way the same diagnostic, at the same place.
+    if not yaml.__with_libyaml__:
+        pytest.skip("PyYAML was built without libyaml")
+    text = "a: " + "[" * 5_000 + "]" * 5_000 + "\n"
+    problem = only_problem(text, load._loader_class(yaml.CSafeLoader))
+    assert (problem.code, problem.line, problem.column) == ("yaml-too-deep", 1, 4 + load.MAX_NESTING_DEPTH - 1)
+    assert problem.path == ("a", 0, 0, 0, 0, 0, 0, 0)
+
+
 # ------------------------------------------------------------------- syntax
 
 
