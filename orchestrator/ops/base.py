@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -41,6 +42,8 @@ class KernelContext(Protocol):
     def to_host(self, value: Any) -> Any: ...
     def to_device(self, value: Any) -> Any: ...
     def user_function(self, fn: str) -> Callable[..., Any]: ...
+    # the spec's folder as the process's working directory while user code runs (relative paths mean it)
+    def working_directory(self) -> AbstractContextManager[None]: ...
     def stage(self, path: str) -> str: ...  # where to write ``path`` until the run succeeds (then it is renamed)
 
 

@@ -4,11 +4,14 @@ Random ops draw on the host with NumPy's PCG64 and then move the array to the
 device: the same seed gives the same numbers on CPU, simulated GPU and CuPy.
 Each copy a construct makes (``towers/1/x``) and each loop step draws its own
 stream. File ops read and write through :mod:`orchestrator.formats`; ``call``
-runs a user function the worker imports from the spec's directory.
+runs a user function the worker imports from the spec's directory, with that
+directory as the working directory while it runs (``orchestrator.tasks.usercode``
+says how, with threads), and explains a function that cannot take what it passes.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any, Mapping, Sequence
 
@@ -149,16 +152,28 @@ def save(ctx: KernelContext, p: Params, x: Any) -> Any:
 
 
 def call(ctx: KernelContext, p: Params, *inputs: Any) -> Any:
-    """Run the user function ``fn`` with the inputs as device arrays and ``xp``."""
+    """Run the user function ``fn`` with the inputs as device arrays, ``xp`` and the params.
+
+    It runs with the spec's folder as the working directory (``ctx.working_directory``):
+    relative paths in user code mean that folder, wherever the client was started.
+    """
     fn = ctx.user_function(str(p["fn"]))
     xp = ctx.xp
     device_inputs = [ctx.to_device(x) if x is not None else x for x in inputs]
     kwargs = dict(p.get("params") or {})
+    args: list[Any] = []
     if ctx.input_keys is not None:
         kwargs.update(zip(ctx.input_keys, device_inputs))
-        result = fn(xp=xp, **kwargs)
     else:
-        result = fn(*device_inputs, xp=xp, **kwargs)
+        args = device_inputs
+    try:
+        with ctx.working_directory():
+            result = fn(*args, xp=xp, **kwargs)
+    except TypeError:
+        why = _mismatch(fn, args, xp, kwargs)
+        if why is None:  # the function's own TypeError, raised inside it: the user's line says where
+            raise
+        raise KernelError(_call_hint(ctx, p, fn, len(args), kwargs, why)) from None
     if ctx.outputs > 1:
         if not isinstance(result, (tuple, list)) or len(result) != ctx.outputs:
             got = f"{len(result)} values" if isinstance(result, (tuple, list)) else type(result).__name__
@@ -172,6 +187,42 @@ def call(ctx: KernelContext, p: Params, *inputs: Any) -> Any:
         for i, (array, spec) in enumerate(zip(arrays, each)):
             _check_declared(p, array, spec, i if len(arrays) > 1 else None)
     return arrays if ctx.outputs > 1 else arrays[0]
+
+
+def _mismatch(fn: Any, args: Sequence[Any], xp: Any, kwargs: Mapping[str, Any]) -> str | None:
+    """Why ``fn`` cannot take the arguments call passes, or None when it can (the TypeError was its own).
+
+    Only looked at after a TypeError: a call that works pays nothing.
+    """
+    if "xp" in kwargs:
+        return "the op's params or input names include 'xp', which call passes itself"
+    if not callable(fn):
+        return f"it is a {type(fn).__name__}, not a function"
+    try:
+        inspect.signature(fn).bind(*args, xp=xp, **kwargs)
+    except TypeError as exc:
+        return str(exc)
+    except ValueError:  # no signature to read (some builtins): nothing to say beyond its own error
+        return None
+    return None
+
+
+def _call_hint(ctx: KernelContext, p: Params, fn: Any, n_args: int, kwargs: Mapping[str, Any], why: str) -> str:
+    """One line: what call passed, and what the function declares (and where)."""
+    name = getattr(fn, "__name__", str(p["fn"]).rpartition(":")[2])
+    keys = set(ctx.input_keys or ())
+    passed = [f"<input {i}>" for i in range(n_args)] + [f"xp={getattr(ctx.xp, '__name__', 'xp')}"]
+    passed += [f"{k}=<{'input' if k in keys else 'param'}>" for k in kwargs]
+    inputs = "by their names" if ctx.input_keys is not None else "in order"
+    try:
+        declared = f"{name}{inspect.signature(fn)}"
+    except (TypeError, ValueError):
+        declared = name
+    code = getattr(fn, "__code__", None)
+    where = f" at {code.co_filename}:{code.co_firstlineno}" if code is not None else ""
+    return (f"fn '{p['fn']}' cannot take what call passes it ({why}): call runs {name}({', '.join(passed)}), "
+            f"the op's inputs {inputs}, xp= the device's array module (numpy or cupy) and the op's params as "
+            f"keywords; it is defined as {declared}{where}")
 
 
 def _numeric(xp: Any, value: Any, p: Params, index: int | None) -> Any:

@@ -12,6 +12,9 @@ when it installs a device's :class:`Runtime` on a worker.
   tokens, the device runtime and its records.
 * :mod:`.partitions`: a device partition, several ops in one task
   (:class:`PartitionTask`, :func:`run_partition`).
+* :mod:`.usercode`: the spec's folder as the working directory of user
+  code (a lease shared by the calls of one folder), and the user's frames
+  of an error.
 * :mod:`.windows` and :mod:`.exchange`: one device's part of a loop window
   (:class:`WindowTask`, :func:`run_window`), with values sent worker to worker.
 """

@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 import time
-import traceback
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
 
@@ -25,6 +25,7 @@ from ..backends import Backend, DeviceConfig, make_backend
 from ..errors import OpFailedError, OpTimeoutError, OrchestratorError
 from ..ops import KernelError, lookup
 from .exchange import Mailbox
+from .usercode import WORKING_DIRECTORY, describe, user_origin
 
 LOG_TOPIC = "orchestrator-log"
 RUNTIME_ATTRIBUTE = "orchestrator_runtime"
@@ -182,6 +183,9 @@ class _Context:
     def user_function(self, fn: str) -> Callable[..., Any]:
         return self.runtime.user_function(fn, self.base_dir, self.name)
 
+    def working_directory(self) -> AbstractContextManager[None]:
+        return WORKING_DIRECTORY.lent(self.base_dir) if self.base_dir else nullcontext()
+
     def stage(self, path: str) -> str:
         return self.runtime.stage(self.run, path)
 
@@ -190,16 +194,6 @@ def _nbytes(value: Any) -> int:
     if isinstance(value, tuple):
         return sum(_nbytes(v) for v in value)
     return int(getattr(value, "nbytes", 0))
-
-
-def _user_origin(tb: Any) -> str:
-    """The innermost frame outside this package: the user's line."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frames = [f for f in traceback.extract_tb(tb) if not os.path.abspath(f.filename).startswith(package)]
-    if not frames:
-        return ""
-    f = frames[-1]
-    return f"{f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()}"
 
 
 def run_op(task: OpTask, *args: Any) -> Any:
@@ -232,8 +226,8 @@ def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], s
             raise
         if isinstance(exc, KernelError):  # the kernel's own account: the op, its device, the message
             raise OpFailedError(task.name, runtime.config.name, str(exc)) from None
-        raise OpFailedError(task.name, runtime.config.name, f"{type(exc).__name__}: {exc}",
-                            _user_origin(exc.__traceback__)) from None
+        raise OpFailedError(task.name, runtime.config.name, describe(exc, task.base_dir),
+                            user_origin(exc.__traceback__, task.base_dir)) from None
     stop = time.time()
     runtime.record(task.run, task.name, "op", runtime.config.name, start, stop - start, _nbytes(value))
     if task.log:
