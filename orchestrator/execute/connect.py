@@ -23,8 +23,14 @@ def connect(plan: Plan, settings: RunSettings, base_dir: str) -> tuple[Any, Any]
     security = security_for(spec.cluster.tls, base_dir, s.tls_ca_file, s.tls_cert, s.tls_key)
     address = s.scheduler or spec.cluster.scheduler
     if address in ("local", "", None):
-        cluster = EmbeddedCluster(spec.cluster, spec.cluster.dashboard, security=security).start()
-        return cluster, Client(cluster, set_as_default=False, security=security)
+        started: list[Any] = []
+        try:  # a stop signal held back during the start arrives when it ends: close what was started
+            started.append(EmbeddedCluster(spec.cluster, spec.cluster.dashboard, security=security).start())
+            return started[0], Client(started[0], set_as_default=False, security=security)
+        except BaseException:
+            if started:
+                started[0].close()
+            raise
     address = scheduler_address(str(address), security)
     if refused(address):
         raise RunError(f"cannot connect to the Dask scheduler at {address}: connection refused (is it running? "
@@ -89,7 +95,9 @@ def choose_backend(plan: Plan, requested: str, visible: Callable[[], int]) -> tu
     if requested == "simulated":
         return "simulated", "gpu_backend: simulated"
     count = visible()
-    needed = max(g for g in gpus if g is not None) + 1
+    # ordinal k needs k + 1 GPUs; UUIDs need as many as they name (their ordinals are the machine's business)
+    ordinals = [g for g in gpus if isinstance(g, int)]
+    needed = max(max(ordinals, default=-1) + 1, len({g for g in gpus if isinstance(g, str)}))
     if requested == "cupy":
         if count < needed:
             raise RunError(f"gpu_backend: cupy needs {needed} CUDA GPU(s); {count} visible "

@@ -62,7 +62,11 @@ class DeviceRuntimePlugin(WorkerPlugin):
         worker.handlers[EXCHANGE_HANDLER] = receive
 
     def teardown(self, worker: Any) -> None:
-        pass
+        # Streams to other devices stay open between windows; a worker that closes with them open
+        # has Dask warn "Closing dangling stream" for each at the end of every loop run.
+        outbox: _Outbox | None = worker.__dict__.pop(OUTBOX_ATTRIBUTE, None)
+        if outbox is not None:
+            outbox.close()
 
 
 def send(worker: Any, device: str, run: str, items: Sequence[tuple[tasks.Tag, Any]]) -> Sent:
@@ -85,6 +89,17 @@ class _Outbox:
     def __init__(self, worker: Any):
         self.worker = worker
         self.queues: dict[str, asyncio.Queue[tuple[str, Sequence[tuple[Any, Any]], Future[None]]]] = {}
+        self.writers: list[asyncio.Task[None]] = []
+        self.comms: dict[str, Any] = {}  # the open stream to each device
+
+    def close(self) -> None:
+        """Stop the writers and close their streams (on the worker's event loop, as it closes)."""
+        for writer in self.writers:
+            writer.cancel()
+        for comm in self.comms.values():
+            if not comm.closed():
+                comm.abort()
+        self.comms.clear()
 
     def send(self, device: str, run: str, items: Sequence[tuple[Any, Any]]) -> Future[None]:
         done: Future[None] = Future()
@@ -95,7 +110,7 @@ class _Outbox:
         queue = self.queues.get(device)
         if queue is None:
             queue = self.queues[device] = asyncio.Queue()
-            asyncio.ensure_future(self._write(device, queue))
+            self.writers.append(asyncio.ensure_future(self._write(device, queue)))
         queue.put_nowait((run, items, done))
 
     async def _write(self, device: str, queue: asyncio.Queue[tuple[str, Sequence[tuple[Any, Any]], Future[None]]]) \
@@ -110,7 +125,7 @@ class _Outbox:
             try:
                 if comm is None or comm.closed():
                     address = await _address(self.worker, device, refresh=comm is not None)
-                    comm = await connect(address, **self.worker.connection_args)
+                    comm = self.comms[device] = await connect(address, **self.worker.connection_args)
                     await comm.write({"op": EXCHANGE_HANDLER, "reply": False})
                 await comm.write({"items": [(run, list(tag), to_serialize(value))
                                             for run, items, _ in batch for tag, value in items]})
