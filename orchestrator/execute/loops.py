@@ -371,6 +371,7 @@ class StagedRun:
     def collect(self, loop: Loop, series: dict[str, list[Any]], window: CompiledWindow,
                 futures: dict[str, Any]) -> None:
         """Wait for one window: read its metrics (one scalar per step) and surface any error."""
+        self.submitter.wait_for(list(futures.values()))  # the first error of any device, as it happens
         flat = self.submitter.gather({k: k for keys in window.metric_keys for k in keys}, futures,
                                      list(window.sink_keys))
         if not loop.metrics:  # nothing to read: wait for the window's carried state instead

@@ -53,6 +53,7 @@ from .loops import StagedRun
 from .outputs import refuse_overwrites, write_outputs
 from .plugin import DeviceRuntimePlugin
 from .records import device_records, op_records, verify
+from .watch import SchedulerWatch
 
 Echo = Callable[[str], None]
 
@@ -120,7 +121,15 @@ class Runner:
                     # same name (nothing piles up on a long-lived scheduler), and a worker that joins or
                     # restarts later gets its device runtime from the scheduler without waiting for a run.
                     client.register_plugin(runtime, name=runtime.plugin_name())
-                return self._run_on(client, link)
+                if cluster is not None:  # the scheduler lives in this process: it cannot be lost alone
+                    return self._run_on(client, link)
+                with SchedulerWatch(client, str(client.scheduler.address)) as watch:
+                    try:
+                        return self._run_on(client, link)
+                    except Exception:
+                        if watch.lost:
+                            raise watch.error() from None
+                        raise
             finally:
                 if self.cache is not None:  # what finished is written even when the run failed (for --resume)
                     self.cache.finish(self.saves_settled)
@@ -242,12 +251,19 @@ class Runner:
             pass
 
     def wait_for(self, futures: Sequence[Any]) -> None:
-        """Wait for futures whose values nobody fetches; raise the first one's error, naming its op."""
-        from distributed import wait
+        """Wait for futures whose values nobody fetches; raise the first error as it happens, naming its op.
 
-        wait(futures)
-        for future in futures:
-            if future.status == "error":
+        The first error, not the first future's: a loop window's tasks wait for
+        each other's values, so when one device's worker dies the others wait
+        (for a value that will never come) until the run is aborted, which
+        waiting for every future in turn would never do.
+        """
+        from distributed import as_completed
+
+        if not futures:
+            return
+        for future in as_completed(futures):
+            if future.status != "finished":
                 try:
                     future.result()
                 except OrchestratorError:

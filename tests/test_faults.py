@@ -1,0 +1,237 @@
+"""Faults end cleanly: a lost device worker in a loop, a lost scheduler, Ctrl-C to the process group.
+
+Everything is real: embedded clusters and `dask scheduler` / `orchestrate
+worker` processes on loopback, workers killed with SIGKILL by the op they
+run, SIGINT sent to a whole process group as a terminal sends it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_remote import start_scheduler, start_task, stop_all, wait_started
+
+from orchestrator import run_file
+from orchestrator.errors import RunError
+
+pytestmark = pytest.mark.cluster
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+FAIL_WITHIN = 10.0  # seconds from a fault to the run's one-line error
+
+# ``dies`` kills its own worker process the ``at``-th time it runs (counted in a file, so a
+# restarted worker does not die again); ``nap`` sleeps after saying so.
+KILLER = '''
+import os, signal, time
+
+def dies(x, xp, counter="", at=30):
+    n = int(open(counter).read()) if os.path.exists(counter) else 0
+    with open(counter, "w") as f:
+        f.write(str(n + 1))
+    if n + 1 == at:
+        with open(counter + ".killed", "w") as f:
+            f.write(repr(time.time()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x + 1.0
+
+def nap(x, xp, marker="", seconds=60.0):
+    with open(marker, "w") as f:
+        f.write(repr(time.time()))
+    time.sleep(seconds)
+    return x
+'''
+
+LOOP = """\
+version: 1
+cluster:
+  jobs:
+    localhost: {{gpus: 2}}
+graph:
+  - {{name: w0, op: variable, shape: [3], init: zeros, device: /cpu:0}}
+  - name: train
+    iterate:
+      steps: 200
+      window: 50
+      state: {{w: w0}}
+      body:
+        - name: towers
+          replicate:
+            devices: [/gpu:0, /gpu:1]
+            body:
+              - {{name: g, op: add, inputs: [w], scalar: 1.0}}
+            combine: {{g: mean}}
+            combine_device: /cpu:0
+        - {{name: k, op: call, fn: "killer:dies", inputs: [towers.g], device: /gpu:1, kernels: [cpu, gpu],
+            params: {{counter: "{counter}", at: {at}}}{retries}}}
+        - {{name: upd, op: mul, inputs: [k], scalar: 0.5, device: /cpu:0}}
+      update: {{w: upd}}
+outputs: {{train.w: "-"}}
+"""
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def loop_spec(tmp_path: Path, at: int, retries: int = 0) -> Path:
+    (tmp_path / "killer.py").write_text(KILLER)
+    spec = tmp_path / "loop.yaml"
+    spec.write_text(LOOP.format(counter=tmp_path / "count", at=at, retries=f", retries: {retries}" if retries else ""))
+    return spec
+
+
+def expected_w() -> np.ndarray:
+    w = np.zeros(3)
+    for _ in range(200):
+        w = ((w + 1.0) + 1.0) * 0.5
+    return w
+
+
+def worker_processes() -> set[int]:
+    """Dask worker processes started by this process (its children running multiprocessing's spawn)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"spawn_main" in cmdline:
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("granularity", ["partition", "op"])
+def test_a_worker_lost_mid_loop_fails_the_run_within_seconds_naming_device_and_op(
+        tmp_path: Path, granularity: str) -> None:
+    """Once: a gang window waited 600 s for the dead device's values (110 s and more without a word)."""
+    spec = loop_spec(tmp_path, at=30)
+    with pytest.raises(RunError) as info:
+        run_file(spec, echo=quiet, granularity=granularity, write_outputs=False)
+    failed = time.time()
+    killed = float((tmp_path / "count.killed").read_text())
+    assert failed - killed < FAIL_WITHIN, f"the run failed {failed - killed:.1f} s after the worker died"
+    message = str(info.value)
+    assert "/job:localhost/replica:0/task:0/device:GPU:1" in message
+    assert "train/k" in message and "its worker died" in message
+    assert "\n" not in message
+    deadline = time.monotonic() + 5
+    while worker_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not worker_processes(), "worker processes were left behind"
+
+
+def test_with_retries_a_worker_lost_mid_loop_is_survived_with_the_same_values(tmp_path: Path) -> None:
+    spec = loop_spec(tmp_path, at=30, retries=1)
+    result = run_file(spec, echo=quiet, write_outputs=False)
+    assert (tmp_path / "count.killed").exists()
+    np.testing.assert_allclose(result.values["train.w"], expected_w(), rtol=0, atol=0)
+
+
+def test_a_lost_scheduler_is_said_at_once(tmp_path: Path) -> None:
+    """Once: 30 s of silence (Dask's reconnect window), then 'op failed: FutureCancelledError'."""
+    (tmp_path / "killer.py").write_text(KILLER)
+    marker = tmp_path / "napping"
+    spec = tmp_path / "nap.yaml"
+    spec.write_text(textwrap.dedent(f"""\
+        version: 1
+        graph:
+          - {{name: x, op: ones, shape: [2]}}
+          - {{name: y, op: call, fn: "killer:nap", inputs: [x], params: {{marker: "{marker}"}}}}
+        outputs: {{y: "-"}}
+        """))
+    logs = tmp_path / "logs"
+    scheduler, address = start_scheduler(logs)
+    procs = [scheduler]
+    try:
+        procs.append(start_task(spec, "localhost", 0, address, logs))
+        wait_started(procs[-1], 1)
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                run_file(spec, echo=quiet, scheduler=address, write_outputs=False)
+            except BaseException as exc:  # noqa: BLE001 - the test reads it
+                errors.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "the op never started"
+        killed = time.monotonic()
+        scheduler.popen.kill()
+        thread.join(timeout=FAIL_WITHIN)
+        assert not thread.is_alive(), f"the run still waits {FAIL_WITHIN:g} s after its scheduler died"
+        took = time.monotonic() - killed
+    finally:
+        stop_all(procs)
+    assert len(errors) == 1 and isinstance(errors[0], RunError), errors
+    assert str(errors[0]).startswith(f"lost the connection to the Dask scheduler at {address}"), str(errors[0])
+    assert took < FAIL_WITHIN
+
+
+def _run_in_own_group(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(cwd),
+                            start_new_session=True, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def _group_left(pgid: int, within: float) -> list[str]:
+    deadline = time.monotonic() + within
+    while True:
+        left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and _pgid(p) == pgid]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def _pgid(proc: Path) -> int:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+@pytest.mark.parametrize("when", ["starting", "looping"])
+def test_ctrl_c_to_the_process_group_prints_one_line_and_leaves_no_process(tmp_path: Path, when: str) -> None:
+    """SIGINT to the whole group, as a terminal sends it: once 136 lines with 8 worker tracebacks."""
+    orchestrate = str(BIN / "orchestrate")
+    proc = _run_in_own_group([orchestrate, "run", str(ROOT / "examples" / "polyfit.yaml"), "--set", "steps=100000",
+                              "--output-dir", str(tmp_path)], tmp_path)
+    if when == "looping":  # the loop is under way once the dashboard line is out and a moment has passed
+        assert proc.stdout is not None
+        while "dashboard" not in proc.stdout.readline():
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(2.0)
+    else:
+        time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert err == "interrupted\n", err
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out
+    assert _group_left(proc.pid, within=5.0) == []
+
+
+def test_loop_runs_end_without_dask_warnings(tmp_path: Path) -> None:
+    """Once: 'Closing dangling stream' for each worker-to-worker stream at the end of every loop run."""
+    done = subprocess.run([str(BIN / "orchestrate"), "run", str(ROOT / "examples" / "polyfit.yaml"),
+                           "--set", "steps=200", "--output-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "ran gang" in done.stdout
+    assert "dangling" not in done.stdout + done.stderr
+    assert "WARNING" not in done.stdout + done.stderr
