@@ -7,6 +7,7 @@ Renderers are chosen by name from registries (``DIAGNOSTIC_FORMATS``,
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from typing import Any, Callable, Mapping, Sequence
 
 from .compile import loop_mode
@@ -128,7 +129,27 @@ def plan_text(plan: Plan) -> str:
         for t in p.transfers:
             size = "? bytes" if t.nbytes is None else format_bytes(t.nbytes)
             lines.append(f"    <- {t.ref} from {t.source} ({size})")
+        weights = combine_weights(plan, p.op)
+        if weights is not None:
+            shares = ", ".join(str(Fraction(w, sum(weights["relative"]))) for w in weights["relative"])
+            lines.append(f"    weights {shares} ({_weighed_by(weights['split'])})")
     return "\n".join(lines) + "\n"
+
+
+def combine_weights(plan: Plan, name: str) -> dict[str, Any] | None:
+    """How a replicate's ``combine: mean`` weighs its copies, as validation fixed it; None for other ops."""
+    op = plan.spec.op(name)
+    if op.kind != "mean_n" or "weights" not in op.params:
+        return None
+    relative = [int(w) for w in op.params["weights"]]
+    return {"copies": [w / sum(relative) for w in relative], "relative": relative,
+            "split": [str(s) for s in op.params.get("split", ())]}
+
+
+def _weighed_by(split: Sequence[str]) -> str:
+    if not split:
+        return "equal: nothing is split"
+    return f"the rows of each copy's piece of {', '.join(split)}"
 
 
 def outer_partitions(plan: Plan) -> tuple[Partition, ...]:
@@ -161,20 +182,28 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
             "bytes_in": m.bytes_in, "bytes_out": m.bytes_out, "over_limit_op": m.over_op,
             "largest_at_peak": [{"value": what, "bytes": size} for what, size in m.largest],
         } for m in plan.memory],
-        "ops": [{
-            "name": p.op, "op": p.kind, "device": p.device_name,
-            "sources": {field: source for field, source in p.sources},
-            "why": p.why(), "soft_fallback": p.fallback or None, "out_bytes": p.out_bytes,
-            "inputs": [str(r) for r in spec.op(p.op).inputs],
-            "transfers": [{"input": str(t.ref), "from": t.source, "to": t.target, "bytes": t.nbytes}
-                          for t in p.transfers],
-        } for p in plan.placements],
+        "ops": [_op_dict(plan, p) for p in plan.placements],
         "partitions": [{"device": p.device.to_string(), "ops": list(p.ops)} for p in outer_partitions(plan)],
         "loops": {loop.name: dict(zip(("mode", "why"), loop_mode(plan, loop, "partition")))
                   for loop in spec.loops},
         "params": [p.as_dict() for p in spec.params],
         "diagnostics": [d.as_dict() for d in plan.diagnostics],
     }
+
+
+def _op_dict(plan: Plan, p: Placement) -> dict[str, Any]:
+    entry = {
+        "name": p.op, "op": p.kind, "device": p.device_name,
+        "sources": {field: source for field, source in p.sources},
+        "why": p.why(), "soft_fallback": p.fallback or None, "out_bytes": p.out_bytes,
+        "inputs": [str(r) for r in plan.spec.op(p.op).inputs],
+        "transfers": [{"input": str(t.ref), "from": t.source, "to": t.target, "bytes": t.nbytes}
+                      for t in p.transfers],
+    }
+    weights = combine_weights(plan, p.op)
+    if weights is not None:  # only a combine: mean has weights; other ops keep their fields
+        entry["weights"] = weights
+    return entry
 
 
 def plan_json(plan: Plan) -> str:

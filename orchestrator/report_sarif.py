@@ -77,6 +77,7 @@ RULES: dict[str, str] = {
     "unknown-state": "A loop update that names no state variable",
     "combine-unknown": "A combine that names a value the body does not define",
     "select-unknown": "A select that names a value the body does not define",
+    "combine-weights": "A combine: mean whose weights (the rows of each copy's piece) cannot be known",
     "multi-output": "A reference to an op with several outputs that does not say which",
     "cycle": "Ops that depend on each other in a cycle",
     "op-arity": "An op with the wrong number of inputs",

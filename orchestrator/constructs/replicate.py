@@ -5,6 +5,11 @@ body, one per device; ``towers/split/<x>`` for each split input (``:i`` is
 copy i's piece, colocated with ``x``); and ``towers.<out>`` for each
 combined output (``add_n``, ``mean`` or ``concat`` of the copies, on
 ``combine_device`` if given). Broadcast inputs are read by every copy.
+
+A ``mean`` weighs each copy by the rows of its piece, so that it equals the
+mean over the whole batch when the split is uneven: its op records the
+splits that weigh it (``split``), and validation, the first stage that knows
+their lengths, records the weights themselves (:mod:`orchestrator.validate.combine`).
 """
 
 from __future__ import annotations
@@ -34,12 +39,14 @@ class Replicate:
         if not devices:
             return
         subs_per_copy: list[dict[str, OpRef]] = [{} for _ in devices]
+        splits: list[str] = []
         for x, axis in (spec.get("split") or {}).items():
             split_name = f"{name}/split/{x}"
             source = resolve(str(x))
             ex.ops.append(Op(split_name, "split", (source,), {"num": len(devices), "axis": axis},
                              (*rpath, "split", x), device_chain=chain, colocate_with=source,
                              group=name, outputs=len(devices)))
+            splits.append(split_name)
             for i, subs in enumerate(subs_per_copy):
                 subs[str(x)] = OpRef(split_name, i)
         body = spec["body"]
@@ -57,7 +64,11 @@ class Replicate:
             if not ex.body_defines(local, str(out), (*rpath, "combine", out), "combine", name, key=True):
                 continue
             refs = tuple(OpRef(f"{name}/{i}/{out}") for i in range(len(devices)))
-            params = {"axis": 0} if how == "concat" else {}
+            params: dict[str, Any] = {}
+            if how == "concat":
+                params = {"axis": 0}
+            elif how == "mean":  # whose pieces' rows weigh the copies (validation knows their lengths)
+                params = {"split": list(splits)}
             ex.ops.append(Op(f"{name}.{out}", COMBINE_KIND[how], refs, params, (*rpath, "combine", out),
                              device_chain=combine_chain, group=name))
 

@@ -69,7 +69,8 @@ CATALOG: dict[str, OpDef] = {d.name: d for d in [
     _def("call", "Call", inf.infer_call, k.call, 0, None, required=["fn"],
          optional=["kernels", "params", "output", "outputs"], user_code=True, outputs_param="outputs"),
     # Made by constructs.
-    _def("mean_n", "Mean", inf.infer_add_n, k.mean_n, 1, None, internal=True),
+    _def("mean_n", "Mean", inf.infer_mean_n, k.mean_n, 1, None, internal=True, optional=["split", "weights"],
+         description="replicate's combine: mean, weighed by the rows of each copy's piece"),
     _def("state", "Identity", inf.infer_same, _pure(lambda xp, x: x), 1, 1, internal=True),
     _def("select", "Select", inf.infer_select, k.select, 1, None, internal=True),
     _def("pick", "Select", inf.infer_pick, k.pick, 2, None, internal=True),

@@ -199,6 +199,15 @@ def infer_add_n(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
     return (ValueInfo(shape, _result_dtype(*[i.dtype for i in ins])),)
 
 
+def infer_mean_n(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    # add_n's shapes, mean's dtype: the weighted sum is divided, so integers average to float64
+    (out,) = infer_add_n(p, ins)
+    dtype = out.dtype
+    if dtype is not None and not dtype.startswith(("float", "complex")):
+        dtype = "float64"
+    return (ValueInfo(out.shape, dtype),)
+
+
 def _norm_axis(axis: int, ndim: int, shape: tuple[int, ...]) -> int:
     if not -ndim <= axis < ndim:
         raise ShapeError(f"axis {axis} is out of range for shape {_fmt(shape)}",

@@ -106,7 +106,19 @@ def add_n(ctx: KernelContext, p: Params, *xs: Any) -> Any:
 
 
 def mean_n(ctx: KernelContext, p: Params, *xs: Any) -> Any:
-    return add_n(ctx, p, *xs) / len(xs)
+    """Σ wᵢ·xᵢ / Σ wᵢ with the weights validation fixed (the rows of each copy's piece, else equal).
+
+    Dividing the weighted sum once, rather than adding wᵢ/Σw·xᵢ, rounds as a
+    mean over the whole batch does: rows of 0..6 over 4 + 3 rows give 3.0,
+    exactly NumPy's mean. A copy of weight 0 (an empty piece) is left out: its
+    mean of no rows is NaN, which 0·NaN would carry into the result.
+    """
+    weights = [int(w) for w in p["weights"]]
+    terms = [(w, x) for w, x in zip(weights, xs) if w]
+    total = terms[0][1] * terms[0][0]
+    for w, x in terms[1:]:
+        total = total + x * w
+    return total / sum(weights)
 
 
 def _best(p: Params, metrics: Sequence[Any]) -> int:

@@ -7,13 +7,15 @@ has its module:
 * :mod:`.schema`: the JSON Schema and the hints for its complaints;
 * :mod:`.topology`: the cluster (jobs, tasks, GPUs, memory) and placement rules;
 * :mod:`.graph`: ops, names, references, cycles, shapes, devices, rules;
+* :mod:`.combine`: the weights of each replicate's ``combine: mean``;
 * :mod:`.outputs`: files the run writes;
 * :mod:`.names`: keys that must be text, and one report per mistake.
 
 Order of checks: cluster (sizes, GPUs), placement (default, rules), graph
 expansion (constructs), then on the flat graph: op types and parameters,
 unique names, references (with did-you-mean), cycles (shown as a path),
-shapes, devices against the cluster, outputs, and rules that match nothing.
+shapes, combine weights, devices against the cluster, outputs, and rules that
+match nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..errors import Diagnostic
 from ..model import Document, RunOptions, Spec
 from ..params import explain, resolve_params
 from .checker import Checker
+from .combine import settle_weights
 from .graph import (
     check_devices,
     check_kernels,
@@ -92,6 +95,8 @@ def _validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
         c.error("cycle", by_name[cycle[0]].path, f"the graph has a cycle: {' -> '.join(cycle)}",
                 "an op cannot depend on itself, directly or through others")
     values = infer_values(c, order, by_name) if not cycles else {}
+    if not cycles:  # the first point where split lengths are known; the spec carries the weights from here
+        order = settle_weights(c, order, values)
     check_loops(c, expansion.loops, values)
     check_devices(c, ops, cluster, placement)
     check_rules(c, ops, placement)
