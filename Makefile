@@ -56,13 +56,13 @@ lock: $(UV)
 # releases of everything. Each in a venv of its own, never touching .venv.
 test-lowest: $(UV)
 	rm -rf build/venv-lowest
-	$(UV) venv --quiet --python $(PYTHON) build/venv-lowest
+	$(UV) venv --quiet --seed --python $(PYTHON) build/venv-lowest
 	$(UV) pip install --quiet --python build/venv-lowest/bin/python --resolution lowest-direct -e '.[dev]'
 	build/venv-lowest/bin/python -m pytest -q -p no:cacheprovider
 
 test-latest: $(UV)
 	rm -rf build/venv-latest
-	$(UV) venv --quiet --python $(PYTHON) build/venv-latest
+	$(UV) venv --quiet --seed --python $(PYTHON) build/venv-latest
 	$(UV) pip install --quiet --python build/venv-latest/bin/python --refresh --upgrade -e '.[dev]'
 	build/venv-latest/bin/python -m pytest -q -p no:cacheprovider
 

@@ -124,8 +124,8 @@ def raw_numpy(processes: int, towers: int) -> float:
 class Config:
     """One configuration: its plan, its measurements, and its embedded cluster while a block runs."""
 
-    def __init__(self, devices: int, towers: int):
-        self.devices, self.towers = devices, towers
+    def __init__(self, devices: int, towers: int, gpu_backend: str | None = None):
+        self.devices, self.towers, self.gpu_backend = devices, towers, gpu_backend
         path = write_spec(os.path.join(tempfile.mkdtemp(), f"scaling{devices}-{towers}.yaml"),
                           spec_text(devices, towers))
         self.plan = plan_file(path)
@@ -140,7 +140,8 @@ class Config:
         """Start this configuration's cluster (alone on the machine), warm up once, run ``runs`` times, close."""
         cluster = EmbeddedCluster(self.plan.spec.cluster, None).start()
         try:
-            settings = RunSettings(scheduler=cluster.scheduler_address, write_outputs=False, progress=False)
+            settings = RunSettings(scheduler=cluster.scheduler_address, write_outputs=False, progress=False,
+                                   gpu_backend=self.gpu_backend)
             for i in range(runs + 1):
                 started = time.perf_counter()
                 result = run_plan(self.plan, settings, lambda _: None)
@@ -161,6 +162,8 @@ class Config:
 
 
 def main() -> int:
+    if "--gpu-backend" in sys.argv:
+        return on_real_gpus(sys.argv[sys.argv.index("--gpu-backend") + 1], "--quick" in sys.argv)
     quick = "--quick" in sys.argv
     rounds, per_block = (1, 2) if quick else (2, 3)
     # The headline: 1 and 2 devices, in blocks that alternate (A B, then B A), each block on a cluster of
@@ -205,6 +208,34 @@ def main() -> int:
                       "one_process_runs": raw[1], "two_processes_runs": raw[2]},
         "of_machine_ceiling": two["speedup"] / (raw1 / raw2)})
     return 0
+
+
+def on_real_gpus(backend: str, quick: bool) -> int:
+    """``--gpu-backend cupy`` (make gpu-check): the towers on as many real GPUs as there are, up to 2.
+
+    A configuration needing more GPUs than the machine shows is skipped with a note; the
+    2 ÷ 1 device figure needs two. Values are checked against each other as in the CPU run.
+    """
+    from orchestrator.backends import cuda_device_count
+
+    visible = cuda_device_count()
+    runs = []
+    for devices in (1, 2):
+        if devices > visible:
+            print(f"{devices} device(s): skipped, {visible} CUDA GPU(s) visible")
+            continue
+        config = Config(devices, 2, gpu_backend=backend)
+        config.block(2 if quick else 3)
+        runs.append(config.summary())
+        r = runs[-1]
+        print(f"{devices} device(s) on {backend}: compute {r['compute_s']:.3f} s (wall {r['wall_s']:.3f} s), "
+              f"sum {r['value']:.6e}")
+    if len(runs) == 2:
+        one, two = runs[0]["value"], runs[1]["value"]
+        assert abs(one - two) <= 1e-9 * abs(one), f"1 and 2 devices disagree: {one} vs {two}"
+        print(f"2 devices ÷ 1 device on {backend}: {runs[0]['compute_s'] / runs[1]['compute_s']:.2f}x (goal >= 1.7)")
+    save_result(f"scaling-{backend}.json", {"n": N, "rows": ROWS, "visible_gpus": visible, "runs": runs})
+    return 0 if runs else 1
 
 
 if __name__ == "__main__":
