@@ -168,8 +168,8 @@ def clear_cache(directory: str) -> int:
     return Cache(directory).clear()
 
 
-def select_worker_task(spec: Spec, job: str, task: int, gpus: Sequence[int] | None = None) -> TaskWorkers:
-    """The devices of ``/job:job/task:task`` (``gpus``: this machine's physical GPUs for its GPU devices)."""
+def select_worker_task(spec: Spec, job: str, task: int, gpus: Sequence[int | str] | None = None) -> TaskWorkers:
+    """The devices of ``/job:job/task:task`` (``gpus``: this machine's physical GPUs, ordinals or UUIDs)."""
     from .execute import select_task
 
     return select_task(spec.cluster, job, task, gpus)

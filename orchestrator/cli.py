@@ -19,6 +19,7 @@ from typing import Any, NoReturn, TextIO
 
 from . import api, report, report_diff
 from .atomic import write_bytes, write_text
+from .devices import parse_gpu_ids
 from .errors import OrchestratorError, UsageError, format_bytes
 from .keys import OP_PREFIX_LIMIT, POLICIES
 from .model import GRANULARITIES
@@ -137,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="the scheduler, e.g. tcp://10.0.0.1:8786 (default: the spec's cluster.scheduler)")
     p.add_argument("--gpus", metavar="LIST", type=_gpu_list,
-                   help="physical GPUs this task uses on this machine, e.g. 0,1 (overrides gpus/visible_gpus)")
+                   help="physical GPUs this task uses on this machine, e.g. 0,1 or GPU/MIG UUIDs as in "
+                        "CUDA_VISIBLE_DEVICES (overrides gpus/visible_gpus)")
     p.add_argument("--host", metavar="HOST",
                    help="address the workers listen on and advertise (default: chosen by Dask)")
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
@@ -185,14 +187,11 @@ def _add_tls_flags(p: argparse.ArgumentParser) -> None:
     group.add_argument("--tls-key", metavar="PEM", help="this side's private key")
 
 
-def _gpu_list(text: str) -> tuple[int, ...]:
+def _gpu_list(text: str) -> tuple[int | str, ...]:
     try:
-        gpus = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected GPU indices like 0,1, got '{text}'") from None
-    if any(g < 0 for g in gpus):
-        raise argparse.ArgumentTypeError(f"GPU indices must be non-negative, got '{text}'")
-    return gpus
+        return parse_gpu_ids(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:

@@ -19,6 +19,10 @@ One deliberate difference: TF parses ``*`` as "no index", so in TF
 it wins: ``GPU:*``. To inherit the outer index, leave the index out
 (``/gpu``). Since every field is taken from the innermost spec that sets it,
 ``merge`` is associative.
+
+Physical GPUs (:data:`GpuId`) are named as ``CUDA_VISIBLE_DEVICES`` names
+them: CUDA ordinals, or the GPU and MIG UUIDs ``nvidia-smi -L`` prints, never
+both in one list (:func:`parse_gpu_ids`, :func:`gpu_id_problem`).
 """
 
 from __future__ import annotations
@@ -27,11 +31,12 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Final, Literal, NoReturn
+from typing import Final, Literal, NoReturn, Sequence
 
 from .errors import DeviceSpecError
 
-__all__ = ["ANY", "SOFT_KEEPS", "DeviceIndex", "DeviceSpec", "canonical_device"]
+__all__ = ["ANY", "GPU_UUID_PATTERN", "SOFT_KEEPS", "DeviceIndex", "DeviceSpec", "GpuId", "canonical_device",
+           "gpu_id_problem", "gpu_mix_problem", "parse_gpu_ids"]
 
 ANY: Final = "*"
 SOFT_KEEPS: Final = "soft placement relaxes only the device type and index, never the job, replica or task, as in TF"
@@ -253,3 +258,79 @@ def _render(spec: DeviceSpec) -> str:
     if spec.device_type is not None:
         out += f"/device:{spec.short()}"
     return out
+
+
+# --------------------------------------------------------------------------- physical GPUs
+
+GpuId = int | str
+"""A physical GPU as ``CUDA_VISIBLE_DEVICES`` names it: a CUDA ordinal, or a GPU or MIG UUID."""
+
+_UUID: Final = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+GPU_UUID_PATTERN: Final = f"^(GPU-{_UUID}|MIG-{_UUID}|MIG-GPU-{_UUID}/[0-9]+/[0-9]+)$"
+"""The UUIDs ``nvidia-smi -L`` prints: a GPU, a MIG slice, and a MIG slice as drivers before R470 name it
+(``MIG-GPU-<uuid>/<GPU instance>/<compute instance>``). The schema's ``visible_gpus`` items use this pattern."""
+_GPU_UUID: Final = re.compile(GPU_UUID_PATTERN[1:-1])  # for fullmatch: '$' would let a trailing newline through
+_UUID_EXAMPLES: Final = ("GPU-8932f937-d72c-4106-c12f-20bd9faed9f6 or MIG-8932f937-d72c-4106-c12f-20bd9faed9f6 "
+                         "(MIG-GPU-8932f937-d72c-4106-c12f-20bd9faed9f6/1/0 on drivers before R470)")
+
+
+def gpu_id_problem(text: str) -> tuple[str, str] | None:
+    """Why ``text`` is not a GPU UUID (message, hint); None when it is one."""
+    if _GPU_UUID.fullmatch(text):
+        return None
+    stripped = text.strip()
+    if re.fullmatch(r"[0-9]+", stripped):
+        return f"{text!r} is text, not a CUDA ordinal", f"write {stripped} without quotes"
+    upper = stripped.upper()
+    prefix = next((p for p in ("MIG-GPU-", "GPU-", "MIG-") if upper.startswith(p)), None)
+    if prefix is None:
+        return (f"{text!r} is not a GPU",
+                f"give CUDA ordinals (0, 1, ...) or GPU UUIDs as nvidia-smi -L prints them, e.g. {_UUID_EXAMPLES}")
+    fixed = prefix + stripped[len(prefix):].lower()
+    if _GPU_UUID.fullmatch(fixed):
+        at = len(prefix)
+        how = [what for what, wrong in (("without white space around it", stripped != text),
+                                        ("the prefix in capitals", stripped[:at] != prefix),
+                                        ("the hex digits in lower case", stripped[at:] != fixed[at:])) if wrong]
+        return f"{text!r} is not a GPU UUID as nvidia-smi -L prints it", f"write {fixed}: {', '.join(how)}"
+    # CUDA also takes a unique prefix of a UUID; whether it is unique can only be known on the machine,
+    # and a prefix two GPUs share fails there, in every worker at once
+    return (f"{text!r} is not a whole GPU UUID",
+            f"write the UUID in full, as nvidia-smi -L prints it: e.g. {_UUID_EXAMPLES}")
+
+
+def gpu_mix_problem(gpus: Sequence[GpuId]) -> tuple[int, str, str] | None:
+    """A list mixing CUDA ordinals and UUIDs: (index of the first item unlike the first, message, hint)."""
+    kinds = [isinstance(g, str) for g in gpus]
+    odd = next((i for i, kind in enumerate(kinds) if kind != kinds[0]), None)
+    if odd is None:
+        return None
+    first, other = gpus[0], gpus[odd]
+    return (odd, f"{_gpu_text(first)} and {_gpu_text(other)} in one list: CUDA ordinals and UUIDs do not mix",
+            "give every GPU as an ordinal or every GPU as a UUID (nvidia-smi -L prints both): an ordinal depends "
+            "on the machine's CUDA device order and a UUID does not, so a mix could name one GPU twice")
+
+
+def parse_gpu_ids(text: str) -> tuple[GpuId, ...]:
+    """A comma-separated list as ``CUDA_VISIBLE_DEVICES`` holds it (``0,1`` or UUIDs); ValueError says what is wrong."""
+    gpus: list[GpuId] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if re.fullmatch(r"-?[0-9]+", part):
+            if part.startswith("-"):
+                raise ValueError(f"GPU indices must be non-negative, got '{text}'")
+            gpus.append(int(part))
+            continue
+        problem = gpu_id_problem(part)
+        if problem is not None:
+            raise ValueError(f"expected GPU indices like 0,1 or GPU UUIDs, got '{text}': {problem[0]} ({problem[1]})")
+        gpus.append(part)
+    mixed = gpu_mix_problem(gpus)
+    if mixed is not None:
+        raise ValueError(f"{mixed[1]} ({mixed[2]})")
+    return tuple(gpus)
+
+
+def _gpu_text(gpu: GpuId) -> str:
+    return f"UUID {gpu!r}" if isinstance(gpu, str) else f"ordinal {gpu}"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from .devices import DeviceSpec
+from .devices import DeviceSpec, GpuId
 from .errors import Diagnostic, Severity, YamlPath
 
 Position = tuple[int, int]
@@ -84,7 +84,7 @@ class Job:
     addresses: tuple[str, ...]
     cpu_threads: int
     memory_limit: int | None
-    physical_gpus: tuple[int, ...]
+    physical_gpus: tuple[GpuId, ...]  # CUDA ordinals, or GPU/MIG UUIDs
     virtual_gpus: int
     gpu_memory: GpuMemory
     path: YamlPath
@@ -101,7 +101,7 @@ class Device:
     spec: DeviceSpec
     threads: int
     memory_limit: int | None
-    physical_gpu: int | None = None
+    physical_gpu: GpuId | None = None
     reserve_at_start: bool = False
     limit_declared: bool = False  # the user set this limit (a GPU always has one: its total)
 

@@ -14,8 +14,9 @@ order and never overwritten, by
    ``device`` fields, or for ``round_robin: /job:ps`` the job and the next task
    of that job, as the rule's strategy (``by:``, :mod:`orchestrator.strategies`)
    chooses: by count in graph order (``replica_device_setter``, the default)
-   or, with ``by: bytes``, the task holding the fewest bytes so far. An op
-   already pinned to another job, or to a task, takes no turn;
+   or, with ``by: bytes``, the task holding the fewest bytes so far (every op
+   placed on it before, pinned or placed by any rule). An op already pinned
+   to another job, or to a task, takes no turn;
 2. ``placement.default``;
 3. TF's defaults: the default job, replica 0, task 0, and ``GPU:0`` when the
    op has a GPU kernel and its task has a GPU, else ``CPU:0``. ``CPU:*`` is
@@ -51,14 +52,15 @@ parentheses. An input read from another device is a transfer, listed once
 per consuming op.
 
 State: the placer walks ops in topological order keeping only the devices
-already chosen (for colocation and transfers) and, per round-robin rule, its
-strategy's state (a counter, or the bytes given to each task). It is deterministic: the same spec
-gives the same plan.
+already chosen (for colocation and transfers), the bytes placed on each task
+so far, and per round-robin rule its strategy's state (a counter). It is
+deterministic: the same spec gives the same plan.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from .devices import ANY, SOFT_KEEPS, DeviceSpec
 from .errors import Diagnostic, YamlPath, did_you_mean
@@ -127,6 +129,7 @@ class Placer:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     chosen: dict[str, DeviceSpec] = field(default_factory=dict)
     round_robin: dict[int, TaskStrategy] = field(default_factory=dict)  # per rule, its strategy's state
+    held: dict[str, dict[int, int]] = field(default_factory=dict)  # job -> task -> bytes placed there so far
 
     @property
     def cluster(self) -> Cluster:
@@ -162,6 +165,7 @@ class Placer:
         )
         out_bytes = _sum_known([self.spec.value(_ref(op.name, i, op.outputs)).nbytes for i in range(op.outputs)])
         sources = tuple((name, res.sources.get(name, "default")) for name in FIELDS)
+        self.hold(device, out_bytes or 0)
         return Placement(op.name, op.kind, device, sources, fallback, transfers, out_bytes)
 
     def apply_rule(self, op: Op, res: _Resolution) -> None:
@@ -180,8 +184,14 @@ class Placer:
             strategy = self.round_robin.get(rule.index)
             if strategy is None:
                 strategy = self.round_robin[rule.index] = STRATEGIES[rule.by]()
-            task = strategy.next_task(job.tasks, nbytes)
+            task = strategy.next_task(job.tasks, nbytes, MappingProxyType(self.held.get(job.name, {})))
             res.fill(DeviceSpec(task=task), f"{label} (round_robin{'' if rule.by == DEFAULT else ' by ' + rule.by})")
+
+    def hold(self, device: DeviceSpec, nbytes: int) -> None:
+        """Count an op's output on its task, for ``by: bytes``; the task's CPU and GPUs are one load."""
+        if device.job is not None and device.task is not None:
+            tasks = self.held.setdefault(device.job, {})
+            tasks[device.task] = tasks.get(device.task, 0) + nbytes
 
     def apply_defaults(self, op: Op, res: _Resolution) -> None:
         res.fill(DeviceSpec(job=self.cluster.default_job, replica=0, task=0), "default")

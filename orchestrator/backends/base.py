@@ -15,7 +15,7 @@ class DeviceConfig:
     backend: str  # a key of BACKENDS: "host" | "simulated" | "cupy"
     memory_limit: int | None = None
     reserve_at_start: bool = False
-    physical_gpu: int | None = None
+    physical_gpu: int | str | None = None  # a CUDA ordinal or a GPU/MIG UUID
 
 
 class Backend(Protocol):

@@ -22,14 +22,15 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from ..backends import DeviceConfig
+from ..devices import GpuId
 from ..model import Cluster, Device
 from ..tasks import worker_resources
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
-def visible_gpus(device: Device, all_physical: tuple[int, ...]) -> str:
-    """dask-cuda's rotation: this worker's GPU first, so it is CUDA device 0."""
+def visible_gpus(device: Device, all_physical: tuple[GpuId, ...]) -> str:
+    """dask-cuda's rotation: this worker's GPU first, so it is CUDA device 0 (ordinals and UUIDs alike)."""
     if device.physical_gpu is None:
         return ""
     ordered = list(all_physical)
@@ -37,7 +38,7 @@ def visible_gpus(device: Device, all_physical: tuple[int, ...]) -> str:
     return ",".join(str(g) for g in ordered[at:] + ordered[:at])
 
 
-def worker_env(device: Device, all_physical: tuple[int, ...]) -> dict[str, str]:
+def worker_env(device: Device, all_physical: tuple[GpuId, ...]) -> dict[str, str]:
     env = {name: str(device.threads) for name in THREAD_VARIABLES}
     env["CUDA_VISIBLE_DEVICES"] = visible_gpus(device, all_physical) if device.is_gpu else ""
     return env

@@ -5,7 +5,8 @@ worker process per device (``CPU:0``, then every GPU or virtual GPU), built
 from the very :func:`~orchestrator.execute.cluster.worker_options` the
 embedded cluster uses: same names (the canonical device strings), identity
 resources, memory limits, threads and ``CUDA_VISIBLE_DEVICES``. ``--gpus``
-replaces the job's physical GPUs on this machine (``visible_gpus``).
+replaces the job's physical GPUs on this machine (``visible_gpus``): CUDA
+ordinals or GPU/MIG UUIDs, as Slurm exports them.
 
 Lifecycle: reach the scheduler (or fail after ``timeout`` seconds), wait for
 it to forget workers of the same names (a crashed earlier run of this task),
@@ -33,6 +34,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
+from ..devices import GpuId, gpu_id_problem, gpu_mix_problem
 from ..errors import UsageError
 from ..model import Cluster, Device
 from ..tasks import worker_resources
@@ -57,11 +59,12 @@ class TaskWorkers:
         return f"/job:{self.job}/replica:0/task:{self.task}"
 
 
-def select_task(cluster: Cluster, job: str, task: int, gpus: Sequence[int] | None = None) -> TaskWorkers:
+def select_task(cluster: Cluster, job: str, task: int, gpus: Sequence[GpuId] | None = None) -> TaskWorkers:
     """The devices of ``/job:job/task:task``; usage errors name what exists.
 
     ``gpus`` replaces the job's physical GPUs (``CUDA_VISIBLE_DEVICES`` of its GPU
-    workers) on this machine; it must list as many GPUs as the job has per task.
+    workers) on this machine; it must list as many GPUs as the job has per task,
+    all CUDA ordinals or all GPU/MIG UUIDs.
     """
     names = [j.name for j in cluster.jobs]
     spec_job = cluster.job(job)
@@ -81,12 +84,22 @@ def select_task(cluster: Cluster, job: str, task: int, gpus: Sequence[int] | Non
             raise UsageError(f"orchestrate worker: --gpus: job '{job}' has {have} physical GPU"
                              f"{'s' if have != 1 else ''} per task; --gpus must list {have} distinct "
                              f"GPU{'s' if have != 1 else ''}, got {','.join(map(str, gpus)) or 'none'}")
+        _check_gpu_ids(gpus)
         cluster = _with_gpus(cluster, job, gpus)
     devices = tuple(d for d in cluster.devices if d.spec.job == job and d.spec.task == task)
     return TaskWorkers(cluster, job, task, devices)
 
 
-def _with_gpus(cluster: Cluster, job: str, gpus: tuple[int, ...]) -> Cluster:
+def _check_gpu_ids(gpus: tuple[GpuId, ...]) -> None:
+    """The checks of the spec's visible_gpus, for callers of the API (the CLI has made them already)."""
+    problems = [gpu_id_problem(g) for g in gpus if isinstance(g, str)]
+    mixed = gpu_mix_problem(gpus)
+    found = next((p for p in problems if p is not None), None) or (mixed[1:] if mixed else None)
+    if found is not None:
+        raise UsageError(f"orchestrate worker: --gpus: {found[0]} ({found[1]})")
+
+
+def _with_gpus(cluster: Cluster, job: str, gpus: tuple[GpuId, ...]) -> Cluster:
     old = cluster.job(job)
     assert old is not None
     mapping = dict(zip(old.physical_gpus, gpus))

@@ -27,6 +27,7 @@ from importlib import resources
 from typing import Any
 
 from ..constructs import CONSTRUCTS
+from ..devices import gpu_id_problem
 from ..errors import Diagnostic, YamlPath, did_you_mean
 from ..model import Document
 
@@ -199,8 +200,11 @@ def _schema_diagnostic(doc: Document, error: Any) -> Diagnostic | None:
     if v == "pattern" and path and path[-1] == "name":
         return make("schema-name", f"invalid op name {show(instance)}",
                     "names use letters, digits, _ . -; '/' and ':' are reserved")
+    if v == "pattern" and _parent(path) == "visible_gpus":
+        message, hint = gpu_id_problem(str(instance)) or (f"{show(instance)} is not a GPU", "")
+        return make("gpus", message, hint)
     if v == "pattern":
-        # Only job names have a pattern besides op names; propertyNames reports the
+        # Only job names have a pattern besides op names and GPU UUIDs; propertyNames reports the
         # mapping's path, so point at the offending key itself.
         return make("schema-name", f"invalid job name {show(instance)}",
                     "job names use letters, digits, _ and -, and start with a letter or _",
@@ -221,7 +225,7 @@ def _schema_diagnostic(doc: Document, error: Any) -> Diagnostic | None:
         return make("schema-size", f"must have at most {value} key{'s' if value != 1 else ''}", "remove the extra keys")
     if v == "uniqueItems":
         return make("schema-unique", "must not list an item twice",
-                    "each GPU ordinal once" if last == "visible_gpus" else "remove the repeated item")
+                    "each GPU once" if last == "visible_gpus" else "remove the repeated item")
     if v in ("anyOf", "oneOf") and _only_required(value):
         if not isinstance(instance, dict):
             return None  # not a mapping at all: the schema's "type" says so, with its own hint
@@ -454,8 +458,12 @@ def _type_hint(path: YamlPath) -> str:
     last = path[-1] if path else ""
     if isinstance(last, int) and len(path) >= 2 and path[-2] in ("graph", "ops", "body"):
         return "an op is a mapping, e.g. {name: a, op: ones, shape: [2]}"
+    if isinstance(last, int) and len(path) >= 2 and path[-2] == "visible_gpus":
+        return ("a CUDA ordinal, e.g. 2, or a GPU UUID as nvidia-smi -L prints it, "
+                "e.g. GPU-8932f937-d72c-4106-c12f-20bd9faed9f6")
     return {"inputs": "a list of op names, e.g. [a, b]", "after": "a list of op names, e.g. [init]",
-            "tags": "a list, e.g. [heavy]", "visible_gpus": "a list of CUDA ordinals, e.g. [2, 3]", "tasks": "a count, e.g. 2, or a list of host:port",
+            "tags": "a list, e.g. [heavy]", "tasks": "a count, e.g. 2, or a list of host:port",
+            "visible_gpus": "a list of CUDA ordinals or GPU UUIDs, e.g. [2, 3]",
             "graph": "a list of ops, e.g. - {name: a, op: constant, value: 1}",
             "memory_limit": "e.g. 2GiB", "limit": "e.g. 1GiB", "shape": "e.g. [1000, 100]",
             "timeout": "seconds as a number, e.g. 30", "no_workers_timeout": "seconds as a number, e.g. 5",

@@ -10,7 +10,7 @@ import ipaddress
 import re
 from typing import Any, Final, Mapping
 
-from ..devices import SOFT_KEEPS, DeviceSpec, canonical_device
+from ..devices import SOFT_KEEPS, DeviceSpec, GpuId, canonical_device, gpu_id_problem, gpu_mix_problem
 from ..errors import YamlPath, did_you_mean, format_bytes
 from ..model import Cluster, Device, GpuMemory, Job, PlacementConfig, Rule, Tls
 from ..ops import lookup, user_op_names
@@ -59,6 +59,7 @@ def build_job(c: Checker, name: str, spec: Mapping[str, Any], path: YamlPath) ->
     addresses = tuple(tasks) if isinstance(tasks, list) else ()
     check_task_addresses(c, name, addresses, (*path, "tasks"))
     visible = tuple(spec.get("visible_gpus") or ())
+    check_gpu_ids(c, visible, (*path, "visible_gpus"))
     gpus = spec.get("gpus")
     if visible and gpus is not None and gpus != len(visible):
         c.error("gpus", (*path, "gpus"),
@@ -133,6 +134,21 @@ def scheduler_problem(address: str) -> tuple[str, str] | None:
         hint = (f"write local, or host:port such as tcp://10.0.0.1:{DASK_PORT}; "
                 f"an IPv6 host goes in brackets: tcp://[::1]:{DASK_PORT}")
     return f"scheduler address '{address}' {problem}", hint
+
+
+def check_gpu_ids(c: Checker, visible: tuple[GpuId, ...], path: YamlPath) -> None:
+    """All CUDA ordinals or all UUIDs, each UUID in nvidia-smi's form.
+
+    The schema's pattern has checked the UUIDs already, but its ``$`` lets a
+    trailing newline through, which would end up in CUDA_VISIBLE_DEVICES.
+    """
+    for i, gpu in enumerate(visible):
+        problem = gpu_id_problem(gpu) if isinstance(gpu, str) else None
+        if problem is not None:
+            c.error("gpus", (*path, i), *problem)
+    mixed = gpu_mix_problem(visible)
+    if mixed is not None:
+        c.error("gpus", (*path, mixed[0]), mixed[1], mixed[2])
 
 
 def check_task_addresses(c: Checker, job: str, addresses: tuple[str, ...], path: YamlPath) -> None:
