@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
+import threading
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
@@ -106,8 +108,38 @@ class EmbeddedCluster:
         else:
             address = self.dashboard if ":" not in self.dashboard[:1] else f"{self.host}{self.dashboard}"
             scheduler_options["dashboard_address"] = address
-        return SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": scheduler_options},
-                           name="orchestrator", silence_logs=40, security=self.security)
+        with _children_deaf_to_sigint():
+            return SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": scheduler_options},
+                               name="orchestrator", silence_logs=40, security=self.security)
+
+
+@contextlib.contextmanager
+def _children_deaf_to_sigint() -> Iterator[None]:
+    """Block SIGINT in this thread while the cluster's threads and worker processes are made.
+
+    Ctrl-C in a terminal sends SIGINT to the whole process group. The
+    worker processes must not die of it (each printed a traceback, and a
+    nanny restarted what it saw die): this process closes them through
+    their nannies. A signal mask is inherited by the threads a thread
+    starts and kept across fork and exec, so the event loop thread made here,
+    the threads it starts and every worker process they spawn (restarts
+    included) keep SIGINT blocked from their first instruction, which a
+    handler installed by the worker would not. This thread's mask is restored
+    afterwards: a Ctrl-C that came meanwhile is delivered then.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    # multiprocessing starts its resource tracker with SIGINT blocked and then *unblocks* it in the
+    # calling thread; started first, it leaves the mask set below alone.
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 @contextlib.contextmanager
