@@ -618,6 +618,8 @@ class RunReport:
     loops: Mapping[str, str] = field(default_factory=dict)  # loop -> how its windows ran, and why
     transfers: tuple[TransferRecord, ...] = ()
     params: tuple[Param, ...] = ()
+    # before elapsed_seconds: starting the embedded cluster (or connecting) until every device's worker is ready
+    startup_seconds: float = 0.0
 
     @property
     def placement(self) -> dict[str, dict[str, int]]:
@@ -632,7 +634,7 @@ class RunReport:
     def as_dict(self) -> dict[str, Any]:
         return {"format": RUN_REPORT_FORMAT, "name": self.name, "file": self.file, "run": self.run,
                 "backend": self.backend, "task_names": {"naming": self.task_names[0], "why": self.task_names[1]},
-                "elapsed_seconds": self.elapsed_seconds, "ops": [r.as_dict() for r in self.ops],
+                "elapsed_seconds": self.elapsed_seconds, "startup_seconds": self.startup_seconds, "ops": [r.as_dict() for r in self.ops],
                 "devices": [d.as_dict() for d in self.devices], "placement": self.placement,
                 "totals": self.totals.as_dict(), "restarted_devices": list(self.restarted_devices),
                 "unverified": list(self.unverified), "phases_seconds": dict(self.phases_seconds),

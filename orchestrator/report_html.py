@@ -118,6 +118,7 @@ class RunView:
     naming: str
     naming_why: str
     elapsed: float
+    startup: float  # before elapsed: the cluster's start (or connecting) until its workers were ready
     phases: tuple[tuple[str, float], ...]
     totals: Mapping[str, int]
     loops: tuple[tuple[str, str], ...]
@@ -241,7 +242,7 @@ def _parse(top: _Fields) -> RunView:
         name=top.text("name"), file=top.text("file", ""), run=top.text("run", ""),
         backend=top.text("backend", "unknown"), granularity=top.text("granularity", "partition"),
         naming=naming.text("naming", ""), naming_why=naming.text("why", ""),
-        elapsed=top.number("elapsed_seconds") or 0.0,
+        elapsed=top.number("elapsed_seconds") or 0.0, startup=top.number("startup_seconds", optional=True) or 0.0,
         phases=tuple((key, phases.number(key) or 0.0) for key in phases.data),
         totals={key: totals.count(key) or 0 for key in totals.data},
         loops=tuple((key, loops.text(key)) for key in loops.data),
@@ -611,7 +612,8 @@ def _header(view: RunView, source: str) -> str:
         ("granularity", _e(view.granularity) + (" (a Dask task per device partition; loops per device and window)"
                                                  if view.granularity == "partition" else " (a Dask task per op)")),
         ("task names", f"{_e(view.naming or '-')}" + (f" ({_e(view.naming_why)})" if view.naming_why else "")),
-        ("elapsed", _e(seconds(view.elapsed))),
+        ("elapsed", _e(seconds(view.elapsed)) + (f" (after {_e(seconds(view.startup))} of start-up: cluster and "
+                                                 "device workers)" if view.startup else "")),
         ("phases", ", ".join(f"{_e(k)} {_e(seconds(v))}" for k, v in view.phases) or "-"),
         ("totals", _e(f"{_plural(t.get('ops', len(view.ops)), 'op')} in {_plural(t.get('tasks', 0), 'Dask task')}; "
                       f"{_plural(t.get('moves', 0), 'planned transfer')}; Dask moved {format_bytes(dask_moved)} in "

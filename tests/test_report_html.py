@@ -135,7 +135,8 @@ def test_the_page_of_a_real_run_draws_every_device_op_transfer_and_memory_figure
     assert "<h1>Run of <code>pictured</code></h1>" in page
     assert f"<th>backend</th><td>{report['backend']}</td>" in page
     assert f"<th>granularity</th><td>{report['granularity']}" in page
-    assert f"<th>elapsed</th><td>{html.escape(seconds(report['elapsed_seconds']))}</td>" in page
+    assert (f"<th>elapsed</th><td>{html.escape(seconds(report['elapsed_seconds']))} (after "
+            f"{html.escape(seconds(report['startup_seconds']))} of start-up: cluster and device workers)</td>") in page
     assert f"{report['totals']['ops']} ops in {report['totals']['tasks']} Dask tasks" in page
     assert html.escape(report["loops"]["loop"]) in page and report["loops"]["loop"]
 

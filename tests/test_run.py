@@ -303,6 +303,13 @@ def test_cli_run_writes_outputs_report_and_performance_report(tmp_path: Path) ->
         report["ops"][0])
     assert report["totals"]["ops"] == 6
     assert report["task_names"]["naming"] == "op" and report["phases_seconds"]["compute"] > 0
+    # start-up apart from compute: the embedded cluster's start is neither hidden nor left out
+    startup = report["startup_seconds"]
+    assert startup == pytest.approx(report["phases_seconds"]["connect"] + report["phases_seconds"]["prepare workers"])
+    assert startup > 0.2 and report["elapsed_seconds"] < startup + report["phases_seconds"]["compute"] + 5
+    summary = next(line for line in text.splitlines() if "Dask task" in line)
+    assert f"in {report['elapsed_seconds']:.2f} s after {startup:.2f} s of start-up (cluster and device workers);" \
+        in summary
     assert any(d["peak_bytes_seen"] for d in report["devices"] if "GPU" in d["device"])
     assert "<html" in (tmp_path / "perf.html").read_text()[:2000].lower()
 

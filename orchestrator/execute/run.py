@@ -198,7 +198,8 @@ class Runner:
         collecting = time.perf_counter()
         report = self._report(client.run(drain_records, run=self.token), started, elapsed)
         self.phases["collect records"] = time.perf_counter() - collecting
-        report = replace(report, phases_seconds=dict(self.phases))
+        report = replace(report, phases_seconds=dict(self.phases),
+                         startup_seconds=self.phases.get("connect", 0.0) + self.phases.get("prepare workers", 0.0))
         written = write_outputs(self.spec, values, self.output_dir, self.echo) if self.settings.write_outputs else ()
         # checkpoints saved by ops take their places only now that the whole run has succeeded
         for path in sorted(p for paths in client.run(commit_saves, run=self.token).values() for p in paths):
