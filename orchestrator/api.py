@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import Diagnostic, SpecError
+from .errors import Diagnostic, OrchestratorError, SpecError
 from .load import load_file
 from .memory import plan_memory
 from .model import Plan, RunResult, RunSettings, Spec
@@ -30,6 +30,7 @@ from .plan_diff import diff_plans as _diff_plans
 from .validate import schema_text, validate
 
 if TYPE_CHECKING:
+    from .cache import Cache
     from .execute import TaskWorkers
 
 __all__ = [
@@ -128,6 +129,9 @@ def diff_files(new_path: str | os.PathLike[str], old_path: str | os.PathLike[str
 def run_plan(plan: Plan, settings: RunSettings | None = None,
              echo: Callable[[str], None] | None = None) -> RunResult:
     """Run a plan on the cluster its spec (or ``settings``) names; its values and run report."""
+    from .cache import check_settings
+
+    check_settings(plan, settings or RunSettings())  # before the execution stage is even imported
     from .execute import run_plan as execute
 
     return execute(plan, settings, echo)
@@ -148,24 +152,39 @@ def run_file(path: str | os.PathLike[str], settings: RunSettings | None = None, 
 
 
 def cache_directory(spec_path: str | os.PathLike[str]) -> str:
-    """The default cache directory of a spec: ``.orchestrate/cache`` beside it."""
+    """The default cache directory of a spec: ``.orchestrate/cache`` beside it. The spec must exist: a
+    mistyped name would otherwise list (or clear) the cache of whatever folder it points into."""
     from .cache import default_directory
 
+    if not os.path.isfile(spec_path):
+        what = "is not a file" if os.path.exists(spec_path) else "does not exist"
+        raise OrchestratorError(f"spec {os.fspath(spec_path)} {what} (give a spec, or --cache-dir DIR)")
     return default_directory(os.path.dirname(os.path.abspath(spec_path)))
+
+
+def _cache(directory: str) -> Cache:
+    """An existing cache directory, or one not made yet (it holds nothing); a file in its place is refused."""
+    from .cache import Cache, directory_problem
+
+    problem = directory_problem(directory, write=False) if directory.strip() else "the cache directory is empty"
+    if problem is not None:
+        raise OrchestratorError(problem)
+    return Cache(directory)
 
 
 def cache_entries(directory: str) -> list[dict[str, object]]:
     """Every entry of a cache directory: its key, what made it, its size and when."""
-    from .cache import Cache
-
-    return list(Cache(directory).entries())
+    return list(_cache(directory).entries())
 
 
 def clear_cache(directory: str) -> int:
     """Remove every entry of a cache directory; how many."""
-    from .cache import Cache
-
-    return Cache(directory).clear()
+    cache = _cache(directory)
+    try:
+        return cache.clear()
+    except OSError as exc:
+        raise OrchestratorError(f"cannot clear {directory}: {exc.filename or directory}: "
+                                f"{exc.strerror or exc}") from None
 
 
 def select_worker_task(spec: Spec, job: str, task: int, gpus: Sequence[int | str] | None = None) -> TaskWorkers:

@@ -31,6 +31,7 @@ import io
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +40,8 @@ from typing import Any
 import numpy as np
 
 from .atomic import write_bytes, write_text
-from .model import Loop, OpRef, Plan
+from .errors import OrchestratorError, UsageError
+from .model import Loop, OpRef, Plan, RunSettings
 from .ops import lookup
 
 FORMAT = 1
@@ -48,6 +50,57 @@ FORMAT = 1
 def default_directory(spec_dir: str) -> str:
     """A spec's cache directory when none is given: ``.orchestrate/cache`` beside it."""
     return os.path.join(spec_dir, ".orchestrate", "cache")
+
+
+def directory_problem(directory: str, write: bool) -> str | None:
+    """Why ``directory`` cannot hold a cache, or None. One that does not exist yet is fine if it can be made.
+
+    Permission bits do not settle writing (root passes every check, a read-only mount fails none), so a
+    write is also tried: a temporary file in the nearest folder that exists, gone as soon as it is closed.
+    """
+    existing = directory
+    while not os.path.lexists(existing):
+        parent = os.path.dirname(existing) or "."
+        if parent == existing:
+            break
+        existing = parent
+    if not os.path.isdir(existing):
+        if existing == directory:
+            return f"cache directory '{directory}' is a file, not a directory"
+        return f"cache directory '{directory}' is inside '{existing}', which is a file, not a directory"
+    if not write:
+        return None
+    try:
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise PermissionError(13, "permission denied")
+        with tempfile.TemporaryFile(dir=existing, prefix=".orchestrate-probe-"):
+            pass
+    except OSError as exc:
+        where = "" if existing == directory else f" (in '{existing}')"
+        return f"cache directory '{directory}' cannot be written{where}: {exc.strerror or exc}"
+    return None
+
+
+def check_settings(plan: Plan, settings: RunSettings) -> None:
+    """Before a run starts: cache options that cannot work are refused, not found out midway.
+
+    The directory is checked only when the run would use it (an op's ``cache:``, ``--resume``) or it was
+    named: a spec that caches nothing runs from a read-only folder.
+    """
+    if settings.resume and not settings.use_cache:
+        raise UsageError("--resume reads and writes the cache, and --no-cache turns it off: give one of them")
+    if settings.cache_dir is not None and not settings.cache_dir.strip():
+        raise UsageError("--cache-dir is empty: give a directory, or leave the option out for .orchestrate/cache "
+                         "beside the spec")
+    spec = plan.spec
+    wanted = settings.resume or any(spec.caches(name) for name in (*(o.name for o in spec.ops),
+                                                                   *(lp.name for lp in spec.loops)))
+    if not settings.use_cache or not (wanted or settings.cache_dir is not None):
+        return
+    directory = settings.cache_dir or default_directory(os.path.abspath(spec.document.directory))
+    problem = directory_problem(directory, write=True)
+    if problem is not None:
+        raise OrchestratorError(f"{problem} (give --cache-dir a directory this run can write, or --no-cache)")
 
 
 # Keys that say where or how an op runs, not what it computes: never part of a key.

@@ -329,6 +329,8 @@ def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_cache(args: argparse.Namespace, out: TextIO) -> int:
     if (args.file is None) == (args.cache_dir is None):
         raise UsageError("orchestrate cache: give a spec FILE or --cache-dir DIR (one of them)")
+    if args.cache_dir is not None and not args.cache_dir.strip():
+        raise UsageError("orchestrate cache: --cache-dir is empty: give a directory")
     directory = args.cache_dir or api.cache_directory(args.file)
     if args.action == "clear":
         removed = api.clear_cache(directory)

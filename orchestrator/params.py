@@ -41,7 +41,8 @@ _TYPES: dict[str, tuple[Callable[[Any], bool], str, str]] = {  # type -> (check,
 }
 _FIELDS = ("type", "default", "description", "choices")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_REFERENCE = re.compile(r"\$\$\{|\$\{([^}]*)\}")
+# the last alternative: a '${' that no '}' closes, so it cannot stay in a value as text
+_REFERENCE = re.compile(r"\$\$\{|\$\{([^}]*)\}|\$\{")
 _USE = re.compile(r"\s*params\.([A-Za-z0-9_]*)\s*\Z")
 
 
@@ -73,6 +74,15 @@ def describe(value: Any) -> str:
 
 def _text(value: Any) -> str:
     return describe(value) if not isinstance(value, str) else value
+
+
+def _reference_in(value: Any, path: YamlPath = ()) -> tuple[YamlPath, str] | None:
+    """Where a value (or an item of a list of them) holds a ``${...}`` (``$${`` apart), and that text."""
+    if isinstance(value, list):
+        return next((found for i, item in enumerate(value) if (found := _reference_in(item, (*path, i)))), None)
+    if isinstance(value, str) and any(use.group(0) != "$${" for use in _REFERENCE.finditer(value)):
+        return path, value
+    return None
 
 
 def _kind_of(value: Any) -> str:
@@ -170,11 +180,22 @@ class _Resolver:
                 self.error("params", (*path, "default"), f"the default {describe(default)} of parameter '{name}' is "
                            f"not one of its choices", f"one of {', '.join(describe(c) for c in choices)}")
                 ok = False
+        ok = ok and self.no_uses(name, decl)
         self.declared[name] = decl
         if ok and "default" in decl:
             self.values[name], self.sources[name] = decl["default"], "default"
         elif not ok:
             self.broken.add(name)
+
+    def no_uses(self, name: str, decl: dict[str, Any]) -> bool:
+        """Nothing in ``params:`` is substituted: a ``${...}`` there would reach a value as written."""
+        for key, what in (("default", "the default"), ("choices", "a choice")):
+            found = _reference_in(decl.get(key), ("params", name, key))
+            if found is not None:
+                self.error("param-in-params", found[0], f"{what} of parameter '{name}' is {found[1]!r}, but nothing "
+                           f"inside params: is substituted", f"write the value itself: {what} cannot use a parameter")
+                return False
+        return True
 
     # ------------------------------------------------------------------ --set
 
@@ -202,6 +223,10 @@ class _Resolver:
                     continue
             else:
                 value = raw
+            if _reference_in(value) is not None:  # substituted once, as text: it would reach the value as written
+                self.bad[name] = f"{setting}: a --set value is not substituted, and '${{' cannot stay in it"
+                self.hint_for_bad(name, f"write the value itself, e.g. --set {name}={example}")
+                continue
             if not check(value):
                 self.bad[name] = f"parameter '{name}' is {kind}, but {setting} gives {_kind_of(value)}"
                 self.hint_for_bad(name, f"write {what}, e.g. --set {name}={example}; '{name}' is declared at "
@@ -247,6 +272,10 @@ class _Resolver:
             if use.group(0) == "$${":
                 parts.append("${")
                 continue
+            if use.group(1) is None:
+                self.error("param-syntax", path, f"'${{' without a closing '}}' in {text!r}",
+                           "close it: ${params.NAME}; a literal '${' is written $${")
+                return text
             name = self.use(use.group(0), use.group(1), path)
             if name is None:
                 return text

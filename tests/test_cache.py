@@ -152,8 +152,9 @@ def test_random_ops_without_a_seed_and_loops_as_a_whole(tmp_path: Path) -> None:
               state: {w: w0}
               body:
                 - {name: w1, op: add, inputs: [w], scalar: 1.0}
+                - {name: s1, op: sum, inputs: [w1]}
               update: {w: w1}
-              metrics: {s: w1}
+              metrics: {s: s1}
         outputs: {train.w: "-", train.s: "-", noise: "-"}
         """)
     first, ops1, _ = _run(path)

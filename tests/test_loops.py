@@ -34,11 +34,13 @@ NESTED = """\
                   - {name: x, op: random.uniform, shape: [3], seed: 1, device: /gpu:0}
                   - {name: g, op: mul, inputs: [x, lr], device: /gpu:0}
                   - {name: v1, op: add, inputs: [v, g], device: /cpu:0}
+                  - {name: s1, op: sum, inputs: [v1], device: /cpu:0}
                 update: {v: v1}
-                metrics: {s: v1}
+                metrics: {s: s1}
             - {name: w1, op: mul, inputs: [batches.v], scalar: 0.9, device: /cpu:0}
+            - {name: m1, op: sum, inputs: [w1], device: /cpu:0}
           update: {w: w1}
-          metrics: {m: w1}
+          metrics: {m: m1}
     outputs:
       epochs.w: "-"
       epochs.m: "-"
@@ -53,7 +55,7 @@ def _nested_reference() -> tuple[np.ndarray, np.ndarray]:
         for batch in range(4):
             v = v + np.random.default_rng([1, epoch * 4 + batch]).uniform(0, 1, 3) * 0.5
         w = v * 0.9
-        per_epoch.append(w)
+        per_epoch.append(w.sum())
     return w, np.array(per_epoch)
 
 

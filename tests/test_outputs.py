@@ -258,3 +258,116 @@ def test_an_output_directory_that_would_overwrite_an_input_is_refused_before_any
         run_file(spec, echo=lambda s: None, output_dir=str(tmp_path / "data"))
     np.testing.assert_array_equal(np.load(tmp_path / "data" / "x.npy"), np.arange(3.0))
 
+
+
+# ------------------------------------------------------------------- file names, metrics
+
+
+NAMELESS = """\
+    version: 1
+    graph:
+      - {name: a, op: ones, shape: [2]}
+      - {name: s, op: save, inputs: [a], path: ckpt/.npy}
+      - {name: t, op: save, inputs: [a], path: ckpt/, format: npy}
+    outputs:
+      a: results/.npy
+      t: .csv
+    """
+
+
+def test_a_file_without_a_name_before_its_suffix_is_refused(tmp_path: Path) -> None:
+    checked = check_file(write(tmp_path / "spec.yaml", NAMELESS))
+    assert [(d.path, d.message, d.hint) for d in checked.diagnostics] == [
+        (("graph", 1, "path"), "save path 'ckpt/.npy' has no file name before '.npy'", "name the file, e.g. ckpt/s.npy"),
+        (("graph", 2, "path"), "save path 'ckpt/' has no file name", "name the file, e.g. ckpt/t.npy"),
+        (("outputs", "a"), "output path 'results/.npy' has no file name before '.npy'",
+         "name the file, e.g. results/a.npy"),
+        (("outputs", "t"), "output path '.csv' has no file name before '.csv'", "name the file, e.g. t.csv"),
+    ]
+    named = NAMELESS.replace("ckpt/.npy", "ckpt/s.npy").replace("ckpt/,", "ckpt/t,").replace("results/.npy", "r.npy")
+    assert check_file(write(tmp_path / "spec.yaml", named.replace(".csv", "t.csv"))).ok(strict=True)
+
+
+def test_an_empty_set_that_leaves_an_output_without_a_name_is_refused_before_running(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = write(tmp_path / "spec.yaml", """\
+        version: 1
+        params:
+          tag: {type: string, default: base}
+        graph:
+          - {name: a, op: ones, shape: [2]}
+        outputs: {a: "results/${params.tag}.npy"}
+        """)
+    code, out, err = cli(["run", str(spec), "--set", "tag="], capsys)
+    assert code == 1 and not out
+    assert err.splitlines()[0] == (
+        f"{spec}:6:14: outputs.a: output path 'results/.npy' has no file name before '.npy' (name the file, e.g. "
+        "results/a.npy; ${params.tag} = '', from --set tag=)")
+    assert not (tmp_path / "results").exists()
+
+
+LOOP_METRIC = """\
+    version: 1
+    graph:
+      - {name: w0, op: zeros, shape: [3]}
+      - name: train
+        iterate:
+          steps: 4
+          window: 2
+          state: {w: w0}
+          body:
+            - {name: w1, op: add, inputs: [w], scalar: 1.0}
+            - {name: loss, op: METRIC, inputs: [w1]}
+          update: {w: w1}
+          metrics: {loss: loss}
+    outputs: {train.loss: out/loss.csv}
+    """
+
+
+def test_a_metric_whose_shape_is_known_to_be_an_array_is_refused(tmp_path: Path) -> None:
+    checked = check_file(write(tmp_path / "spec.yaml", LOOP_METRIC.replace("METRIC", "identity")))
+    assert [(d.line, d.column, d.message) for d in checked.diagnostics] == [
+        (13, 23, "metric 'loss' of 'train' is 'loss', of shape [3]; a metric is one number per step")]
+    assert check_file(write(tmp_path / "spec.yaml", LOOP_METRIC.replace("METRIC", "mean"))).ok(strict=True)
+
+
+NESTED_METRIC = """\
+    version: 1
+    graph:
+      - {name: w0, op: zeros, shape: [3]}
+      - name: train
+        iterate:
+          steps: 2
+          state: {w: w0}
+          body:
+            - name: inner
+              iterate:
+                steps: 2
+                state: {v: w}
+                body:
+                  - {name: v1, op: add, inputs: [v], scalar: 1.0}
+                update: {v: v1}
+            - {name: loss, op: call, fn: "metricfns:same", inputs: [inner.v]}
+          update: {w: inner.v}
+          metrics: {loss: loss}
+    outputs: {train.loss: out/loss.csv}
+    """
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize(("text", "granularity"), [
+    (LOOP_METRIC.replace("op: METRIC", 'op: call, fn: "metricfns:same"'), "partition"),
+    (LOOP_METRIC.replace("op: METRIC", 'op: call, fn: "metricfns:same"'), "op"),
+    (NESTED_METRIC, "partition"),
+], ids=["windows", "op-granularity", "nested"])
+def test_a_metric_that_turns_out_an_array_fails_the_run_naming_it(tmp_path: Path, text: str,
+                                                                  granularity: str) -> None:
+    """A call without ``output:`` has no shape before it runs: its first value says, and nothing is written."""
+    (tmp_path / "metricfns.py").write_text("def same(x, xp):\n    return x\n", encoding="utf-8")
+    spec = write(tmp_path / "spec.yaml", text)
+    assert check_file(spec).ok(strict=True)
+    with pytest.raises(RunError) as failed:
+        run_file(spec, echo=lambda s: None, granularity=granularity)
+    assert str(failed.value) == ("metric 'train.loss' is not a number: at step 1 its value has shape [3] (a metric is "
+                                 "one number per step: reduce it in the loop's body, e.g. with op: mean)")
+    assert not (tmp_path / "out").exists()

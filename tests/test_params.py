@@ -206,3 +206,53 @@ def test_set_on_validate_plan_and_run(tmp_path: Path) -> None:
 def test_a_malformed_set_is_a_usage_error(tmp_path: Path) -> None:
     code, _, err = _cli(["validate", str(_file(tmp_path)), "--set", "lr"])
     assert code == 2 and "--set lr: write NAME=VALUE" in err
+
+
+# ---------------------------------------------------------------------- ${ that would stay in a value as written
+
+
+@pytest.mark.parametrize(("block", "expected"), [
+    ('b: {type: string, default: "${params.a}"}',
+     "4:30: params.b.default: the default of parameter 'b' is '${params.a}', but nothing inside params: is "
+     "substituted (write the value itself: the default cannot use a parameter)"),
+    ('b: {type: list, default: [x, "r/${params.a"]}',
+     "4:32: params.b.default[1]: the default of parameter 'b' is 'r/${params.a', but nothing inside params: is "
+     "substituted (write the value itself: the default cannot use a parameter)"),
+    ('b: {type: string, default: x, choices: [x, "${params.a}"]}',
+     "4:46: params.b.choices[1]: a choice of parameter 'b' is '${params.a}', but nothing inside params: is "
+     "substituted (write the value itself: a choice cannot use a parameter)"),
+])
+def test_a_reference_inside_params_is_an_error_at_the_declaration(block: str, expected: str) -> None:
+    text = (f"version: 1\nparams:\n  a: {{type: string, default: x}}\n  {block}\ngraph:\n"
+            "  - {name: o, op: ones, shape: [2]}\noutputs: {o: 'r/${params.a}-${params.b}.npy'}\n")
+    spec, diags = validate(load_text(text, "p.yaml"))
+    assert spec is None
+    assert [d.render() for d in diags] == [f"p.yaml:{expected}"]  # the uses of 'b' stay quiet: said once
+
+
+@pytest.mark.parametrize("target", ["r/${params.tag.npy", "r/${params.tag}-${params.tag.npy", "r/${.npy"])
+def test_a_use_without_its_closing_brace_is_an_error_at_the_use(target: str) -> None:
+    text = (f"version: 1\nparams:\n  tag: {{type: string, default: x}}\ngraph:\n  - {{name: o, op: ones, "
+            f"shape: [2]}}\noutputs: {{o: '{target}'}}\n")
+    spec, diags = validate(load_text(text, "u.yaml"))
+    assert spec is None
+    assert [d.render() for d in diags if d.is_error] == [
+        f"u.yaml:6:14: outputs.o: '${{' without a closing '}}' in {target!r} (close it: ${{params.NAME}}; a literal "
+        "'${' is written $${)"]
+
+
+def test_an_escaped_brace_without_a_closing_one_stays_text(tmp_path: Path) -> None:
+    spec, diags = _check(_file(tmp_path, """\
+        version: 1
+        graph:
+          - {name: a, op: ones, shape: [2]}
+        outputs: {a: "out/$${x.npy"}
+        """))
+    assert spec is not None, diags
+    assert spec.outputs[0].target == "out/${x.npy"
+
+
+def test_a_reference_in_a_set_value_is_an_error_at_each_use(tmp_path: Path) -> None:
+    _, diags = _check(_file(tmp_path), {"tag": "${params.n}"})
+    assert diags == ["spec.yaml:15:14: outputs.b: --set tag=${params.n}: a --set value is not substituted, and '${' "
+                     "cannot stay in it (write the value itself, e.g. --set tag=name)"]

@@ -50,6 +50,7 @@ from ..errors import RunError
 from ..model import CompiledGraph, CompiledWindow, Located, Loop, OpRef, Plan
 from ..ops import lookup
 from .caching import CacheUse
+from .outputs import metric_value
 
 
 def _writes_files(plan: Plan, name: str) -> bool:
@@ -292,7 +293,7 @@ class StagedRun:
             self.run_scope(loop, offset + step)
             carried = {var.name: lookup_value(self.known, var.update) for var in loop.state}
             for (name, ref), value in zip(loop.metrics, self.fetch([str(ref) for _, ref in loop.metrics])):
-                series[name].append(np.asarray(value))
+                series[name].append(metric_value(loop.name, name, value, step + 1))
             keep = {located.key for located in carried.values()}
             for key in set(self.held) - before - keep:  # this step's values: done with, but for the state
                 del self.held[key]
@@ -378,10 +379,9 @@ class StagedRun:
             self.submitter.gather({}, futures, list(futures))
         for keys in window.metric_keys:
             for (name, _), key in zip(loop.metrics, keys):
-                if window.metrics_stacked:  # the window's values, one row per step
-                    series[name].extend(np.asarray(flat[key]))
-                else:
-                    series[name].append(np.asarray(flat[key]))
+                rows = np.asarray(flat[key]) if window.metrics_stacked else [flat[key]]  # stacked: a row per step
+                for row in rows:
+                    series[name].append(metric_value(loop.name, name, row, len(series[name]) + 1))
         self.submitter.loop_progress(loop.name, window.last_step, loop.steps)
 
     def outputs(self) -> dict[str, Any]:

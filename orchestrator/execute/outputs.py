@@ -56,6 +56,20 @@ def refuse_overwrites(spec: Spec, output_dir: str, base_dir: str) -> None:
                            "(choose another output directory or file)")
 
 
+def metric_value(loop: str, metric: str, value: Any, step: int) -> np.ndarray:
+    """One step's value of a loop's metric, which must be one number.
+
+    Validation refuses a metric whose shape it knows; a ``call`` without ``output:`` is known only now.
+    Its series is one column on the client: an array per step would grow it by the array at every step.
+    """
+    array = np.asarray(value)
+    if array.ndim != 0:
+        raise RunError(f"metric '{loop}.{metric}' is not a number: at step {step} its value has shape "
+                       f"{list(array.shape)} (a metric is one number per step: reduce it in the loop's body, "
+                       f"e.g. with op: mean)")
+    return array
+
+
 def write_outputs(spec: Spec, values: Mapping[str, Any], output_dir: str,
                   echo: Callable[[str], None]) -> tuple[str, ...]:
     """Write the spec's file outputs (and print the ``-`` ones); the paths written."""

@@ -1,4 +1,5 @@
-"""Checks of ``iterate`` loops once shapes are known: an update keeps its state's shape and dtype."""
+"""Checks of ``iterate`` loops once shapes are known: an update keeps its state's shape and dtype, a metric
+is one number per step."""
 
 from __future__ import annotations
 
@@ -38,6 +39,21 @@ def check_loops(c: Checker, loops: Sequence[Loop], values: Mapping[str, tuple[Va
                     f"{fmt_shape(update.shape)} {update.dtype or '?'}, but the state is {fmt_shape(start.shape)} "
                     f"{start.dtype or '?'} (its initial value '{var.init}')",
                     "an update must keep its state's shape and dtype: reshape or cast it in the body", key=True)
+        check_metrics(c, loop, values)
+
+
+def check_metrics(c: Checker, loop: Loop, values: Mapping[str, tuple[ValueInfo, ...]]) -> None:
+    """A metric's series keeps one value per step on the client (the bound on steps counts on it), and is
+    written as a column: an array per step would grow the client by its size at every step."""
+    for name, ref in loop.metrics:
+        info = _info(values, ref)
+        if info is None or info.shape is None or info.shape == ():
+            continue  # unknown until it runs (a call without output): the run checks every step's value
+        local = _local(loop, ref)
+        c.error("loop-metric", (*loop.path, "metrics", name),
+                f"metric '{name}' of '{loop.name}' is '{local}', of shape {fmt_shape(info.shape)}; a metric is one "
+                f"number per step", f"reduce it in the body, e.g. {{name: {name}_mean, op: mean, inputs: [{local}]}}, "
+                f"and make that the metric, or carry the array as a state")
 
 
 def _local(loop: Loop, ref: OpRef) -> str:

@@ -53,6 +53,20 @@ def check_target(c: Checker, target: str, path: YamlPath, run: RunOptions, what:
     return False
 
 
+def check_named(c: Checker, fmt: formats.FileFormat, target: str, path: YamlPath, what: str, name: str) -> bool:
+    """A file written needs a name before its suffix: ``results/.npy`` is a hidden file nobody asked for
+    (often an empty ``--set``). True if fine."""
+    base = os.path.basename(target)
+    suffix = next((s for s in fmt.suffixes if base.lower().endswith(s)), "")
+    if base[:len(base) - len(suffix)].strip():
+        return True
+    folder = os.path.dirname(target)
+    example = os.path.join(folder, name.replace("/", "-") + (suffix or fmt.suffixes[0]))
+    c.error("output-path", path, f"{what} '{target}' has no file name" + (f" before '{suffix}'" if suffix else ""),
+            f"name the file, e.g. {example}")
+    return False
+
+
 def _info(values: Mapping[str, tuple[ValueInfo, ...]], ref: OpRef) -> ValueInfo | None:
     infos = values.get(ref.op, ())
     index = ref.output or 0
@@ -77,7 +91,8 @@ def check_outputs(c: Checker, data: Mapping[str, Any], by_name: Mapping[str, Op]
         check_ref(c, ref, by_name, names, path, f"op '{ref}' named in outputs", key=True)
         if target != "-":
             fmt = _format_of(c, str(target), path, "output path", None, lambda f: True, stdout=True)
-            if fmt is not None and check_target(c, str(target), path, run, "output path"):
+            if fmt is not None and check_target(c, str(target), path, run, "output path") and \
+                    check_named(c, fmt, str(target), path, "output path", str(ref)):
                 _check_rank(c, fmt, _info(values, ref), path, f"output '{ref}' has")
                 files.written(str(target), path, "output path", f"output '{ref}'")
         out.append(Output(ref, str(target), path))
@@ -103,7 +118,8 @@ def check_outputs(c: Checker, data: Mapping[str, Any], by_name: Mapping[str, Op]
             if param in op.params:
                 target, where = str(op.params[param]), (*op.path, param)
                 fmt = _format_of(c, target, where, "save path", op.params.get("format"), lambda f: f.saveable)
-                if fmt is not None and check_target(c, target, where, run, "save path") and op.inputs:
+                if fmt is not None and check_target(c, target, where, run, "save path") and \
+                        check_named(c, fmt, target, where, "save path", op.name) and op.inputs:
                     _check_rank(c, fmt, _info(values, op.inputs[0]), where, f"op {label(op)} saves")
                     if len(ops) > 1 and op.group is not None:
                         c.error("output-path", where, f"save path '{target}' is written by each of the {len(ops)} "
