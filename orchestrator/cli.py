@@ -21,6 +21,7 @@ from . import api, report, report_diff
 from .atomic import write_bytes, write_text
 from .devices import parse_gpu_ids
 from .errors import OrchestratorError, UsageError, format_bytes
+from .paths import PathUse, clashes
 from .keys import OP_PREFIX_LIMIT, POLICIES
 from .model import GRANULARITIES
 
@@ -224,6 +225,7 @@ def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     if plan is None:
         return EXIT_INVALID
     if args.dot:
+        _refuse_clashes("plan", [PathUse(args.file, "the spec")], [PathUse(args.dot, "the graph (--dot)")])
         _write_dot(args.dot, report.plan_dot(plan))
     out.write(report.PLAN_FORMATS[args.format](plan))
     return EXIT_OK
@@ -256,10 +258,19 @@ def _plan_diff(args: argparse.Namespace, out: TextIO) -> int:
         for d in c.warnings:
             sys.stderr.write(d.render() + "\n")
     if args.dot:
+        _refuse_clashes("plan", [PathUse(args.file, "the spec"), PathUse(args.diff, "the spec it is compared with")],
+                        [PathUse(args.dot, "the graph (--dot)")])
         _write_dot(args.dot, report.plan_dot(new))
     diff = api.diff_plans(new, old)
     out.write(report_diff.PLAN_DIFF_FORMATS[args.format](diff))
     return EXIT_INVALID if diff.fails(conditions) else EXIT_OK
+
+
+def _refuse_clashes(command: str, reads: Sequence[PathUse], writes: Sequence[PathUse]) -> None:
+    """Before writing: never two things to one path, never over a file the command reads."""
+    problems = clashes(reads, writes)
+    if problems:
+        raise UsageError(f"orchestrate {command}: {problems[0]}")
 
 
 def _write_dot(target: str, dot_source: str) -> None:
@@ -362,6 +373,7 @@ def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     file: str = args.file
     target: str = args.html or (file.removesuffix(".json")) + ".html"
+    _refuse_clashes("report", [PathUse(file, "the run report it reads")], [PathUse(target, "the page (--html)")])
     page = api.render_run_report(file)  # a file that is not a run report raises before anything is written
     try:
         write_text(target, page)

@@ -254,7 +254,7 @@ def test_an_output_directory_that_would_overwrite_an_input_is_refused_before_any
         outputs:
           x: x.npy
         """)
-    with pytest.raises(RunError, match=r"output 'x' would write .*data/x.npy, which is the file op 'x' loads"):
+    with pytest.raises(RunError, match=r"output 'x' would be written over .*data/x.npy, which is the file op 'x' loads"):
         run_file(spec, echo=lambda s: None, output_dir=str(tmp_path / "data"))
     np.testing.assert_array_equal(np.load(tmp_path / "data" / "x.npy"), np.arange(3.0))
 

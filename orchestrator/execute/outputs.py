@@ -9,7 +9,7 @@ every existing file as it was.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from ..atomic import atomic_open
 from ..errors import RunError
 from ..model import Spec
 from ..ops import lookup
+from ..paths import PathUse, clashes
 
 
 def resolve_output(target: str, base: str, allow_outside: bool) -> str:
@@ -32,28 +33,29 @@ def resolve_output(target: str, base: str, allow_outside: bool) -> str:
     return path
 
 
-def refuse_overwrites(spec: Spec, output_dir: str, base_dir: str) -> None:
-    """Before anything starts: no output or checkpoint may land on the spec or on a file it loads.
+def refuse_overwrites(spec: Spec, output_dir: str, base_dir: str, others: Sequence[PathUse] = ()) -> None:
+    """Before anything starts: no two writes to one file, and none over the spec or a file it loads.
 
-    Validation checks this against the spec's own output directory; ``--output-dir``
-    (or the API's ``output_dir``) can point elsewhere, so the run checks again.
+    Outputs and the files ops save go to ``output_dir``; ``others`` are the run's
+    other writes (``--report``, ``--performance-report``). Validation checks
+    outputs against the spec's own output directory; ``--output-dir`` (or the
+    API's ``output_dir``) and the command's flags can point anywhere, so the run
+    checks again, all of them together.
     """
-    inputs = {os.path.realpath(os.path.join(base_dir, os.path.basename(spec.file))): "the spec itself"}
-    written: list[tuple[str, str]] = [(out.target, f"output '{out.ref}'") for out in spec.outputs if out.target != "-"]
+    reads = [PathUse(os.path.join(base_dir, os.path.basename(spec.file)), "the spec itself")]
+    writes = [PathUse(os.path.join(output_dir, out.target), f"output '{out.ref}'")
+              for out in spec.outputs if out.target != "-"]
     for op in spec.ops:
         definition = lookup(op.kind)
         for param in definition.reads if definition else ():
             if param in op.params:
-                inputs.setdefault(os.path.realpath(os.path.join(base_dir, str(op.params[param]))),
-                                  f"the file op '{op.name}' loads")
+                reads.append(PathUse(os.path.join(base_dir, str(op.params[param])), f"the file op '{op.name}' loads"))
         for param in definition.writes if definition else ():
             if param in op.params:
-                written.append((str(op.params[param]), f"op '{op.name}'"))
-    for target, who in written:
-        overwritten = inputs.get(os.path.realpath(os.path.join(output_dir, target)))
-        if overwritten is not None:
-            raise RunError(f"{who} would write {os.path.join(output_dir, target)}, which is {overwritten} "
-                           "(choose another output directory or file)")
+                writes.append(PathUse(os.path.join(output_dir, str(op.params[param])), f"the file op '{op.name}' saves"))
+    problems = clashes(reads, [*writes, *others])
+    if problems:
+        raise RunError(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
 
 
 def metric_value(loop: str, metric: str, value: Any, step: int) -> np.ndarray:

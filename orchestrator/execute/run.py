@@ -44,6 +44,7 @@ from ..model import (
     RunTotals,
     TransferRecord,
 )
+from ..paths import PathUse
 from ..perf import paused_gc
 from ..tasks import LOG_TOPIC, commit_saves, discard_saves, drain_records
 from .caching import CacheUse, default_directory
@@ -94,7 +95,7 @@ class Runner:
     # ------------------------------------------------------------------ run
 
     def run(self) -> RunResult:
-        refuse_overwrites(self.spec, self.output_dir, self.base_dir)
+        refuse_overwrites(self.spec, self.output_dir, self.base_dir, self.flag_writes())
         retries = max([op.retries for op in self.spec.ops] + [self.spec.run.retries])
         # Missing devices are caught before submission (wait_for_devices); this timeout is for a
         # worker lost mid-run. With retries, give its nanny time to bring it back under its name.
@@ -142,6 +143,13 @@ class Runner:
                 client.close()
                 if cluster is not None:
                     cluster.close()
+
+    def flag_writes(self) -> list[PathUse]:
+        """The files the command's flags write (relative to the working directory, as the user typed them)."""
+        s = self.settings
+        flags = [(s.report_path, "the run report (--report)"),
+                 (s.performance_report, "the performance report (--performance-report)")]
+        return [PathUse(path, what) for path, what in flags if path]
 
     def _has_gpus(self) -> bool:
         return any(d.is_gpu for d in self.spec.cluster.devices)

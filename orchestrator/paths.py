@@ -1,0 +1,58 @@
+"""Where one command reads and writes: refuse two writes to one file, or a write over a file read.
+
+A command that writes its report over an output it has just written, or a
+page over the report it renders, loses the user's data without a word. So
+every command lists, before anything runs, each file it will read and each
+it will write (with a few words on what each is), and :func:`clashes` says
+what would collide. Two paths are the same file when their real paths are
+equal (symbolic links and ``..`` resolved) or, for files that exist, when
+the operating system says so (hard links).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PathUse:
+    """One file a command touches: the path as the user gave it (or the spec made it), and what it is."""
+
+    path: str
+    what: str
+
+
+def clashes(reads: Sequence[PathUse], writes: Sequence[PathUse]) -> list[str]:
+    """One message per write that lands on an earlier write or on a file read, in the order given."""
+    problems: list[str] = []
+    read_at = [(use, _real(use.path)) for use in reads]
+    written: list[tuple[PathUse, str]] = []
+    for use in writes:
+        real = _real(use.path)
+        earlier = next((other for other, path in written if _same(real, path)), None)
+        if earlier is not None:
+            problems.append(f"{use.what} and {earlier.what} would both be written to {use.path}: "
+                            "give them different paths")
+            continue
+        source = next((other for other, path in read_at if _same(real, path)), None)
+        if source is not None:
+            problems.append(f"{use.what} would be written over {use.path}, which is {source.what}: "
+                            "write it somewhere else")
+            continue
+        written.append((use, real))
+    return problems
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.abspath(path))
+
+
+def _same(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet: different files
+        return False
