@@ -52,6 +52,8 @@ RULES: dict[str, str] = {
     "param-no-value": "A parameter has no default and no --set",
     "param-in-text": "A list parameter is used inside text",
     "param-syntax": "A parameter reference is not well formed",
+    "param-in-params": "A parameter's default or choice refers to a parameter (defaults are plain values)",
+    "loop-metric": "A loop's metric is not one number per step",
     "param-value": "A parameter's value does not fit where it is used",
     "param-unused": "A parameter is declared but never used",
     # the schema
