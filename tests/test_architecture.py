@@ -122,6 +122,6 @@ def test_only_execute_imports_distributed_and_only_the_cupy_backend_imports_cupy
                 if top == "cupy":
                     assert name == "orchestrator.backends.cupy", f"{name} imports {module}"
                 if top == "yaml":
-                    assert name == "orchestrator.load", f"{name} imports {module}"
+                    assert name == "orchestrator.load.pyyaml", f"{name} imports {module}"
                 if top == "jsonschema":
                     assert name == "orchestrator.validate.schema", f"{name} imports {module}"

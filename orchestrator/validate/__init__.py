@@ -4,7 +4,8 @@ Semantic checks follow only on schema-valid documents, because they assume
 the shapes the schema guarantees. They never import user code. Each concern
 has its module:
 
-* :mod:`.schema`: the JSON Schema and the hints for its complaints;
+* :mod:`.schema`: the JSON Schema check; :mod:`.schema_errors`: the hints for its complaints;
+* :mod:`.spelling`: values and keys in diagnostics, written as the user wrote them;
 * :mod:`.topology`: the cluster (jobs, tasks, GPUs, memory) and placement rules;
 * :mod:`.graph`: ops, names, references, cycles, shapes, devices, rules;
 * :mod:`.combine`: the weights of each replicate's ``combine: mean``;

@@ -1,0 +1,58 @@
+"""The run report as a picture: one self-contained HTML page drawn with bokeh (``orchestrate report``).
+
+The page has a header (the spec, backend, granularity, elapsed time, phases,
+totals and how loops ran), a **timeline** with one row per device — every op
+a bar from its start for its duration, every value Dask moved an arrow from
+the sender's row to the receiver's — the **memory** of each device (planned
+peak beside the peak its backend saw, and the limit), and tables of the
+devices and ops. Everything bokeh needs is inlined, so the file opens
+offline. Only :mod:`.figures` imports bokeh, inside the functions that draw,
+so importing the package never loads it.
+
+Its modules: :mod:`.view` (the run report's JSON, checked), :mod:`.words`
+(durations, sizes, device names), :mod:`.lanes` (the timeline's geometry),
+:mod:`.figures` (the bokeh figures) and :mod:`.page` (header, tables, template).
+"""
+
+from __future__ import annotations
+
+from .figures import (
+    KIND_COLOURS,
+    LANE_PX,
+    LIMIT_COLOUR,
+    MAX_LABELS,
+    PLANNED_COLOUR,
+    SEEN_COLOUR,
+    TRANSFER_COLOUR,
+)
+from .lanes import FRAME_WIDTH, LABEL_CHAR_PX, MAX_LANES
+from .page import PAGE_WIDTH, render_run_report_file, run_report_html
+from .view import BadRunReport, DeviceView, OpView, RunView, TransferView, parse_run_report, read_run_report
+from .words import HOST_NOT_MEASURED, op_timing, seconds, short_device
+
+__all__ = [
+    "FRAME_WIDTH",
+    "HOST_NOT_MEASURED",
+    "KIND_COLOURS",
+    "LABEL_CHAR_PX",
+    "LANE_PX",
+    "LIMIT_COLOUR",
+    "MAX_LABELS",
+    "MAX_LANES",
+    "PAGE_WIDTH",
+    "PLANNED_COLOUR",
+    "SEEN_COLOUR",
+    "TRANSFER_COLOUR",
+    "BadRunReport",
+    "DeviceView",
+    "OpView",
+    "RunView",
+    "TransferView",
+    "op_timing",
+    "parse_run_report",
+    "read_run_report",
+    "render_run_report_file",
+    "run_report_html",
+    "seconds",
+    "short_device",
+]
