@@ -128,10 +128,15 @@ def diff_files(new_path: str | os.PathLike[str], old_path: str | os.PathLike[str
 
 def run_plan(plan: Plan, settings: RunSettings | None = None,
              echo: Callable[[str], None] | None = None) -> RunResult:
-    """Run a plan on the cluster its spec (or ``settings``) names; its values and run report."""
+    """Run a plan on the cluster its spec (or ``settings``) names, or in this process with ``sync=True``;
+    its values and run report."""
     from .cache import check_settings
 
     check_settings(plan, settings or RunSettings())  # before the execution stage is even imported
+    if settings is not None and settings.sync:
+        from .execute import run_in_process
+
+        return run_in_process(plan, settings, echo)
     from .execute import run_plan as execute
 
     return execute(plan, settings, echo)

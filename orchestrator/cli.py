@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="FILE", help="write a JSON run report (per op: planned device, worker, timings)")
     p.add_argument("--performance-report", metavar="FILE", help="write Dask's HTML performance report")
     p.add_argument("--keep-alive", action="store_true", help="keep the embedded cluster up after the run (Ctrl-C ends)")
+    p.add_argument("--sync", action="store_true",
+                   help="no cluster: every op in this process, in plan order, GPUs simulated (for pdb and quick "
+                        "checks; not with --scheduler or --keep-alive)")
     p.add_argument("--gpu-backend", choices=["auto", "cupy", "simulated"], help="override cluster.gpu_backend")
     p.add_argument("--wait-for-workers", type=float, default=30.0, metavar="SECONDS",
                    help="how long to wait for the devices of a remote cluster (default 30)")
@@ -288,16 +291,16 @@ def _write_dot(target: str, dot_source: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    plan = _checked(args.file, _params(args))
-    if plan is None:
-        return EXIT_INVALID
     settings = api.RunSettings(scheduler=args.scheduler, keep_alive=args.keep_alive, output_dir=args.output_dir,
                                report_path=args.report, performance_report=args.performance_report,
                                progress=args.progress, gpu_backend=args.gpu_backend,
                                wait_for_workers=args.wait_for_workers, tls_ca_file=args.tls_ca_file,
                                tls_cert=args.tls_cert, tls_key=args.tls_key, task_names=args.task_names,
                                granularity=args.granularity, use_cache=not args.no_cache, cache_dir=args.cache_dir,
-                               resume=args.resume, cache_files=args.cache_files)
+                               resume=args.resume, cache_files=args.cache_files, sync=args.sync)
+    plan = _checked(args.file, _params(args))  # after the flags: a usage error needs no spec
+    if plan is None:
+        return EXIT_INVALID
 
     def echo(text: str) -> None:
         out.write(text + "\n")

@@ -16,7 +16,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from .devices import DeviceSpec, GpuId
-from .errors import Diagnostic, Severity, YamlPath
+from .errors import Diagnostic, Severity, UsageError, YamlPath
 
 Position = tuple[int, int]
 
@@ -518,6 +518,20 @@ class RunSettings:
     cache_dir: str | None = None  # None: .orchestrate/cache beside the spec
     resume: bool = False  # reuse every entry there is, and write every value (a run killed midway resumes)
     cache_files: str = "stat"  # a loaded file's part of a key: "stat" (size, modification time) or "hash"
+    sync: bool = False  # every op in this process, in plan order, with no cluster (--sync; docs/running.md)
+
+    def __post_init__(self) -> None:
+        if not self.sync:
+            return
+        # each names a cluster (or what only a cluster makes): refused, not silently ignored
+        conflicts = [(self.scheduler is not None, "--scheduler (scheduler=)"),
+                     (self.keep_alive, "--keep-alive (keep_alive=)"),
+                     (self.performance_report is not None, "--performance-report (performance_report=)"),
+                     (self.gpu_backend == "cupy", "--gpu-backend cupy (gpu_backend=)")]
+        for conflict, flag in conflicts:
+            if conflict:
+                raise UsageError(f"--sync runs every op in this process, with no cluster (and GPUs simulated): "
+                                 f"{flag} cannot be used with it")
 
 
 @dataclass(frozen=True)
@@ -620,6 +634,7 @@ class RunReport:
     params: tuple[Param, ...] = ()
     # before elapsed_seconds: starting the embedded cluster (or connecting) until every device's worker is ready
     startup_seconds: float = 0.0
+    mode: str = "cluster"  # "sync": every op ran in the client's process (run --sync), no cluster
 
     @property
     def placement(self) -> dict[str, dict[str, int]]:
@@ -634,7 +649,8 @@ class RunReport:
     def as_dict(self) -> dict[str, Any]:
         return {"format": RUN_REPORT_FORMAT, "name": self.name, "file": self.file, "run": self.run,
                 "backend": self.backend, "task_names": {"naming": self.task_names[0], "why": self.task_names[1]},
-                "elapsed_seconds": self.elapsed_seconds, "startup_seconds": self.startup_seconds, "ops": [r.as_dict() for r in self.ops],
+                "mode": self.mode, "elapsed_seconds": self.elapsed_seconds, "startup_seconds": self.startup_seconds,
+                "ops": [r.as_dict() for r in self.ops],
                 "devices": [d.as_dict() for d in self.devices], "placement": self.placement,
                 "totals": self.totals.as_dict(), "restarted_devices": list(self.restarted_devices),
                 "unverified": list(self.unverified), "phases_seconds": dict(self.phases_seconds),

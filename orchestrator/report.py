@@ -292,6 +292,13 @@ def placement_summary(run_report: Mapping[str, Any]) -> str:
     sent = f", loop windows sent {format_bytes(exchanged)} worker to worker" if exchanged else ""
     reused = sum(1 for op in run_report["ops"] if str(op.get("cache", "")).startswith("reused"))
     cached = f", {_count(reused, 'op')} from the cache" if reused else ""
+    if run_report.get("mode") == "sync":  # run --sync: no cluster, no Dask transfers to speak of
+        lines.append(f"  {_count(totals['ops'], 'op')} ({_count(totals['tasks'], 'task')}, "
+                     f"{run_report.get('granularity', 'partition')} granularity{cached}) in "
+                     f"{run_report['elapsed_seconds']:.2f} s in this process (--sync: no cluster); "
+                     f"{_count(totals['moves'], 'planned transfer')}, {format_bytes(int(totals['bytes_moved']))} "
+                     f"copied between devices; placement verified against the plan")
+        return "\n".join(lines) + "\n"
     lines.append(f"  {_count(totals['ops'], 'op')} ({_count(totals['tasks'], 'Dask task')}, "
                  f"{run_report.get('granularity', 'partition')} granularity{cached}) in "
                  f"{run_report['elapsed_seconds']:.2f} s{_startup(run_report)}; "

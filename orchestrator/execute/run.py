@@ -52,7 +52,6 @@ from .cluster import dask_settings, device_configs, scheduler_config
 from .connect import choose_backend, connect, cuda_counter, wait_for_devices
 from .loops import StagedRun
 from .outputs import refuse_overwrites, write_outputs
-from .plugin import DeviceRuntimePlugin
 from .records import device_records, op_records, verify
 from .watch import SchedulerWatch
 
@@ -95,6 +94,11 @@ class Runner:
     # ------------------------------------------------------------------ run
 
     def run(self) -> RunResult:
+        # Imported here, not with this module (in-process runs never import distributed), and before
+        # dask_settings: distributed adds its config defaults when first imported, and a dask.config.set
+        # entered before that would delete them all on exit.
+        from .plugin import DeviceRuntimePlugin
+
         refuse_overwrites(self.spec, self.output_dir, self.base_dir, self.flag_writes())
         retries = max([op.retries for op in self.spec.ops] + [self.spec.run.retries])
         # Missing devices are caught before submission (wait_for_devices); this timeout is for a

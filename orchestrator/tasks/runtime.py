@@ -140,10 +140,14 @@ class Runtime:
 _get_worker: Callable[[], Any] | None = None
 
 
-def bind(get_worker: Callable[[], Any]) -> None:
-    """Tell this module how to find the worker running a task (``distributed.get_worker``)."""
+def bind(get_worker: Callable[[], Any] | None) -> Callable[[], Any] | None:
+    """Tell this module how to find the worker running a task (``distributed.get_worker``); the lookup it replaces.
+
+    An in-process run (``--sync``) binds its own devices for the run and puts the previous lookup back after.
+    """
     global _get_worker
-    _get_worker = get_worker
+    previous, _get_worker = _get_worker, get_worker
+    return previous
 
 
 def _runtime(worker: Any = None) -> tuple[Any, Runtime]:
