@@ -26,10 +26,11 @@ import yaml
 sys.path.insert(0, os.path.dirname(__file__))
 from specgen import chain_spec, median, save_result, write_spec  # noqa: E402
 
-from orchestrator.compile import compile_plan  # noqa: E402
+from orchestrator.compile import CompileOptions, compile_plan  # noqa: E402
 from orchestrator.perf import paused_gc  # noqa: E402
 from orchestrator.load import load_file  # noqa: E402
 from orchestrator.memory import plan_memory  # noqa: E402
+from orchestrator.partition import plan_tasks  # noqa: E402
 from orchestrator.place import place  # noqa: E402
 from orchestrator.validate import validate  # noqa: E402
 
@@ -62,9 +63,9 @@ def measure(n_ops: int, repeats: int) -> dict[str, Any]:
             doc = timed("load", load_file, path)
             spec, diags = timed("validate", validate, doc)
             assert spec is not None, [d.render() for d in diags[:3]]
-            plan = timed("place", place, spec)
+            plan = timed("place", lambda s: plan_tasks(place(s)), spec)  # placing, then planning the tasks
             plan = timed("memory", plan_memory, plan)
-            timed("compile", compile_plan, plan, "bench")
+            timed("compile", compile_plan, plan, CompileOptions("bench"))
         expanded = len(spec.ops)
         del doc, spec, diags, plan
         gc.collect()

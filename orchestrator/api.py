@@ -1,6 +1,6 @@
 """The public Python API: compose the stages, nothing else.
 
-    load -> validate -> place -> memory                  (check_file, plan_file)
+    load -> validate -> place -> tasks -> memory         (check_file, plan_file)
     two plans -> what changed between them               (diff_plans, diff_files)
     ... -> compile -> execute                            (run_file, run_plan)
     the device workers of one task of a remote cluster   (select_worker_task, serve_worker, worker_commands)
@@ -19,10 +19,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import Diagnostic, OrchestratorError, SpecError
+from .backends import gpu_backend_problem
+from .errors import Diagnostic, OrchestratorError, SpecError, UsageError
 from .load import load_file
 from .memory import plan_memory
 from .model import Plan, RunResult, RunSettings, Spec
+from .partition import plan_tasks
 from .perf import paused_gc
 from .place import place
 from .plan_diff import FAIL_CONDITIONS, PlanDiff
@@ -83,7 +85,7 @@ Params = Mapping[str, object] | None
 
 
 def check_file(path: str | os.PathLike[str], display_name: str | None = None, params: Params = None) -> Checked:
-    """Load, validate, place and plan memory; collect every diagnostic on the way."""
+    """Load, validate, place, plan the tasks and memory; collect every diagnostic on the way."""
     name = display_name or os.fspath(path)
     with paused_gc():
         try:
@@ -95,7 +97,7 @@ def check_file(path: str | os.PathLike[str], display_name: str | None = None, pa
             return Checked(name, tuple(diagnostics))
         plan = place(spec)
         if not any(d.is_error for d in plan.diagnostics):
-            plan = plan_memory(plan)
+            plan = plan_memory(plan_tasks(plan))
     all_diags = tuple(sorted([*diagnostics, *plan.diagnostics], key=lambda d: (not d.is_error, d.line, d.column)))
     return Checked(name, all_diags, spec, plan)
 
@@ -133,6 +135,9 @@ def run_plan(plan: Plan, settings: RunSettings | None = None,
     from .cache import check_settings
 
     check_settings(plan, settings or RunSettings())  # before the execution stage is even imported
+    problem = gpu_backend_problem(settings.gpu_backend) if settings and settings.gpu_backend is not None else None
+    if problem is not None:  # the registry's names, before a cluster starts
+        raise UsageError(f"--gpu-backend: {problem}")
     if settings is not None and settings.sync:
         from .execute import run_in_process
 

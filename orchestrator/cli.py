@@ -19,6 +19,7 @@ from typing import Any, NoReturn, TextIO
 
 from . import api, report, report_diff
 from .atomic import write_bytes, write_text
+from .backends import gpu_backend_names
 from .devices import parse_gpu_ids
 from .errors import OrchestratorError, UsageError, format_bytes
 from .paths import PathUse, clashes
@@ -105,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sync", action="store_true",
                    help="no cluster: every op in this process, in plan order, GPUs simulated (for pdb and quick "
                         "checks; not with --scheduler or --keep-alive)")
-    p.add_argument("--gpu-backend", choices=["auto", "cupy", "simulated"], help="override cluster.gpu_backend")
+    p.add_argument("--gpu-backend", choices=gpu_backend_names(), help="override cluster.gpu_backend")
     p.add_argument("--wait-for-workers", type=float, default=30.0, metavar="SECONDS",
                    help="how long to wait for the devices of a remote cluster (default 30)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,

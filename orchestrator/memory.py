@@ -1,10 +1,11 @@
 """Static memory plan: the peak of live bytes on every device, against its limit.
 
-Ops run one at a time in the order of the tasks that run them: device
-partitions (``orchestrator.partition``) one after another, each op inside in
-turn — the schedule the runner's default granularity follows — or, for
-``granularity="op"``, the plan's topological order. Liveness follows what
-the runtime holds:
+Ops run one at a time in the order of the tasks that run them: the plan's
+device partitions (``plan.partitions``, decided by ``orchestrator.partition``;
+a loop's state and exports, which the driver places, alone) one after
+another, each op inside in turn — the schedule the runner's default
+granularity follows — or, for ``granularity="op"``, the plan's topological
+order. Liveness follows what the runtime holds:
 
 * A value read only inside its partition lives from the step that makes it
   to its last reader there; then the partition drops it.
@@ -40,7 +41,6 @@ from typing import Sequence
 
 from .errors import Diagnostic, format_bytes
 from .model import Cluster, DeviceMemory, OpRef, Plan
-from .partition import partition
 
 Key = tuple[str, int]  # (op, output index)
 
@@ -49,18 +49,12 @@ def schedule(plan: Plan, granularity: str = "partition") -> tuple[tuple[str, ...
     """The units the runner runs, in an order that respects every dependency: partitions, or single ops."""
     if granularity == "op":
         return tuple((p.op,) for p in plan.placements)
-    spec = plan.spec
-    body_of = {name: loop for loop in spec.loops for name in loop.body}
-    outer = [p.op for p in plan.placements if p.op not in body_of]
-    units = [part.ops for part in partition(plan, outer)]
-    for loop in spec.loops:  # one step of each loop: its body's partitions (a loop inside it is its own)
-        placeholders = {var.placeholder for var in loop.state}
-        inner = {name for other in spec.loops if other.name.startswith(loop.name + "/") for name in other.body}
-        inner |= {o.name for other in spec.loops if other.name.startswith(loop.name + "/") for o in spec.ops
-                  if o.name.startswith(other.name + ".")}
-        body = [name for name in loop.body if name not in inner]
-        units += [(name,) for name in body if name in placeholders]
-        units += [part.ops for part in partition(plan, body, external=placeholders)]
+    # the plan's partitions: outside loops, then one step of each loop (a loop inside it is its own)
+    units = [part.ops for part in plan.partitions]
+    units += [part.ops for parts in plan.loop_partitions.values() for part in parts]
+    grouped = {name for unit in units for name in unit}
+    # a loop's state and its exports are no task's: the driver puts each value on its device alone
+    units += [(p.op,) for p in plan.placements if p.op not in grouped]
     position = {p.op: i for i, p in enumerate(plan.placements)}
     # a unit runs where its first op falls in the plan's order: loops stay between the stages around them
     return tuple(sorted(units, key=lambda unit: position[unit[0]]))

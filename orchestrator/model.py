@@ -287,6 +287,11 @@ class Loop:
     metrics: tuple[tuple[str, OpRef], ...]
     path: YamlPath
 
+    @property
+    def exports(self) -> tuple[str, ...]:
+        """``NAME.state`` and ``NAME.metric``: values the driver resolves after the loop, never tasks."""
+        return (*(f"{self.name}.{var.name}" for var in self.state), *(f"{self.name}.{m}" for m, _ in self.metrics))
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -426,11 +431,56 @@ class DeviceMemory:
 
 
 @dataclass(frozen=True)
+class Partition:
+    """Ops of one device that run as one task, in this order (grouped by ``orchestrator.partition``)."""
+
+    index: int
+    device: DeviceSpec
+    ops: tuple[str, ...]
+    retries: int = 0
+
+    @property
+    def label(self) -> str:
+        """``first op`` or ``first op+N``: how keys and pictures name it."""
+        return self.ops[0] if len(self.ops) == 1 else f"{self.ops[0]}+{len(self.ops) - 1}"
+
+
+@dataclass(frozen=True)
+class LoopMode:
+    """How a loop's steps become tasks at one granularity, and in words why."""
+
+    mode: str  # "nested" | "gang" | "partition" | "op"
+    why: str
+
+    def describe(self) -> str:
+        return f"{self.mode}: {self.why}"
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """How the ops become Dask tasks, decided once by planning (``orchestrator.partition.plan_tasks``).
+
+    Memory, compile and the renderers read it; none of them partitions or judges a loop again.
+    """
+
+    partitions: tuple[Partition, ...]  # what a run's top level runs: ops outside loops, not loop exports
+    loop_partitions: Mapping[str, tuple[Partition, ...]]  # loop -> one step of its own body (no inner loop's ops)
+    loop_modes: Mapping[str, Mapping[str, LoopMode]]  # granularity -> loop -> how it runs
+
+    @functools.cached_property
+    def home(self) -> dict[str, Partition]:
+        """The partition of every op that has one (loop states and exports have none)."""
+        every = [*self.partitions, *(p for parts in self.loop_partitions.values() for p in parts)]
+        return {name: part for part in every for name in part.ops}
+
+
+@dataclass(frozen=True)
 class Plan:
     spec: Spec
     placements: tuple[Placement, ...]
     memory: tuple[DeviceMemory, ...] = ()
     diagnostics: tuple[Diagnostic, ...] = ()
+    tasks: TaskPlan | None = None  # set by plan_tasks, after placement and before the memory plan
 
     def placement(self, op: str) -> Placement:
         return self.placement_index[op]
@@ -438,6 +488,24 @@ class Plan:
     @functools.cached_property
     def placement_index(self) -> dict[str, Placement]:
         return {p.op: p for p in self.placements}
+
+    @property
+    def planned_tasks(self) -> TaskPlan:
+        if self.tasks is None:  # a plan straight from place(): compiling it would have to guess
+            raise ValueError("this plan's tasks are not planned: make plans with orchestrator.api.plan_file "
+                             "(or orchestrator.partition.plan_tasks after place)")
+        return self.tasks
+
+    @property
+    def partitions(self) -> tuple[Partition, ...]:
+        return self.planned_tasks.partitions
+
+    @property
+    def loop_partitions(self) -> Mapping[str, tuple[Partition, ...]]:
+        return self.planned_tasks.loop_partitions
+
+    def loop_mode(self, loop: str, granularity: str = "partition") -> LoopMode:
+        return self.planned_tasks.loop_modes[granularity][loop]
 
 
 # --------------------------------------------------------------------------- compiled graphs

@@ -1,9 +1,12 @@
-"""Device partitions: which ops of one device run together, as one Dask task.
+"""Planning the tasks: device partitions, and how each loop runs. Decided once, kept in the plan.
 
-Policy (TensorFlow partitions a graph by device; so do we, within what Dask
-can express). Ops are taken in the plan's order; each joins the open
-partition of its device only if that changes nothing a user could observe
-or wait for:
+Memory, compile and the renderers read the plan's :class:`~orchestrator.model.TaskPlan`
+(:func:`plan_tasks`); none of them partitions the ops or judges a loop again.
+
+Policy of partitions (TensorFlow partitions a graph by device; so do we, within
+what Dask can express). Ops are taken in the plan's order; each joins the
+open partition of its device only if that changes nothing a user could
+observe or wait for:
 
 * **Inputs enter at the start.** A partition waits for all its inputs from
   other partitions before its first op runs. An op joins only when every
@@ -28,34 +31,94 @@ or wait for:
 
 With these rules the partition graph is acyclic (every value a partition
 reads was made before its first op; every value it lends out, after its
-ops) and no path through it is longer than through the ops alone.
+ops) and no path through it is longer than through the ops alone. So a run
+may take any subset of a partition's ops that its stage needs (the rest
+came from the cache), or cut a partition after an op whose value it wants
+at once, and still wait for nothing it does not need.
 
-State: one pass over the ops, keeping per device the open partition, its
-inputs and, per op of it, the inputs it depends on.
+Scopes are partitioned apart, as a run runs them: the ops outside loops (a
+loop's exports, ``NAME.state`` and ``NAME.metric``, are the driver's, not
+tasks), and each loop's step (its own body: not its state, nor the ops of a
+loop inside it).
+
+Policy of loops (:func:`loop_mode`): a loop holding another runs step by
+step (``nested``); otherwise a loop runs a task per op per step at
+``--granularity op``, else in gang windows (a task per device per window,
+``compile.gang``) unless :func:`gang_blocker` names what forbids them, and
+then a task per partition per step. The plan keeps the mode of every loop
+for both granularities: the granularity is a run setting, and one plan is
+shown by ``orchestrate plan`` and run at either.
+
+State: one pass over the ops per scope, keeping per device the open
+partition, its inputs and, per op of it, the inputs it depends on. Nothing
+is kept between calls.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from .devices import DeviceSpec
-from .model import Plan
+from .devices import ANY, DeviceSpec
+from .model import GRANULARITIES, Loop, LoopMode, Partition, Plan, TaskPlan
+
+__all__ = ["Partition", "gang_blocker", "loop_mode", "partition", "plan_tasks", "published"]
 
 
-@dataclass(frozen=True)
-class Partition:
-    """Ops of one device that run as one task, in this order."""
+def plan_tasks(plan: Plan) -> Plan:
+    """``plan`` with its tasks planned: the partitions of each scope, and every loop's mode at each granularity."""
+    spec = plan.spec
+    order = [p.op for p in plan.placements]
+    in_loops = {name for loop in spec.loops for name in loop.body}
+    exports = {name for loop in spec.loops for name in loop.exports}
+    top = partition(plan, [name for name in order if name not in in_loops and name not in exports])
+    loops: dict[str, tuple[Partition, ...]] = {}
+    for loop in spec.loops:
+        inner = {name for other in spec.loops if other.name.startswith(loop.name + "/")
+                 for name in (*other.body, *other.exports)}
+        placeholders = {var.placeholder for var in loop.state}
+        body = set(loop.body) - inner
+        loops[loop.name] = partition(plan, [name for name in order if name in body], external=placeholders)
+    modes = {g: {loop.name: LoopMode(*loop_mode(plan, loop, g)) for loop in spec.loops} for g in GRANULARITIES}
+    return replace(plan, tasks=TaskPlan(top, loops, modes))
 
-    index: int
-    device: DeviceSpec
-    ops: tuple[str, ...]
-    retries: int = 0
 
-    @property
-    def label(self) -> str:
-        """``first op`` or ``first op+N``: how keys and pictures name it."""
-        return self.ops[0] if len(self.ops) == 1 else f"{self.ops[0]}+{len(self.ops) - 1}"
+def gang_blocker(plan: Plan, loop: Loop) -> str:
+    """Why ``loop`` cannot run in gang windows, or ``""`` when it can (what must hold, and why: ``compile.gang``)."""
+    spec = plan.spec
+    if spec.run.retries or any(op.retries for op in spec.ops):
+        return "ops have retries, which Dask gives per task: the loop runs a task per device partition per step"
+    body = set(loop.body)
+    placeholders = {var.placeholder for var in loop.state}
+    for name in loop.body:
+        if plan.placement(name).device.device_index == ANY and name not in placeholders:
+            return f"op '{name}' runs on GPU:* (Dask picks its GPU at run time, so its peers cannot know where)"
+    other = next((lp.name for lp in spec.loops if lp.name.startswith(loop.name + "/")), None)
+    if other is not None:
+        return f"it holds the loop '{other}'"
+    for var in loop.state:
+        if var.update.op not in body or var.update.op in placeholders:
+            return f"state '{var.name}' is not updated by an op of the body"
+    for name, ref in loop.metrics:
+        if ref.op not in body or ref.op in placeholders:
+            return f"metric '{name}' is not made by an op of the body"
+    return ""
+
+
+def loop_mode(plan: Plan, loop: Loop, granularity: str) -> tuple[str, str]:
+    """How ``loop`` runs at ``granularity``: ``nested``, ``gang``, ``partition`` or ``op``, and in words why."""
+    inner = [lp.name for lp in plan.spec.loops if lp is not loop and lp.name.startswith(loop.name + "/")]
+    if inner:
+        return "nested", (f"step by step, because it holds the loop '{inner[0]}': each step runs its own ops, "
+                          "then that loop")
+    if granularity == "op":
+        return "op", "a task per op per step (--granularity op)"
+    blocker = gang_blocker(plan, loop)
+    if blocker:
+        return "partition", f"a task per device partition per step, because {blocker}"
+    devices = len({plan.placement(n).device for n in loop.body})
+    return "gang", (f"one task per device per window of {loop.window} steps ({devices} device"
+                    f"{'s' if devices != 1 else ''}), values sent worker to worker")
 
 
 _NONE: frozenset[str] = frozenset()

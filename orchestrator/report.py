@@ -10,12 +10,10 @@ import json
 from fractions import Fraction
 from typing import Any, Callable, Mapping, Sequence
 
-from .compile import loop_mode
 from .errors import Diagnostic, format_bytes, format_path
-from .model import DeviceMemory, Placement, Plan
+from .model import DeviceMemory, Partition, Placement, Plan
 from .ops import tf_name
 from .params import describe
-from .partition import Partition, partition
 from .report_sarif import diagnostics_sarif
 
 PLAN_JSON_VERSION = 1
@@ -153,9 +151,8 @@ def _weighed_by(split: Sequence[str]) -> str:
 
 
 def outer_partitions(plan: Plan) -> tuple[Partition, ...]:
-    """The device partitions of the ops outside loops: one Dask task each at the default granularity."""
-    in_loops = {name for loop in plan.spec.loops for name in loop.body}
-    return partition(plan, [p.op for p in plan.placements if p.op not in in_loops])
+    """The device partitions of the ops outside loops, as planned: one Dask task each at the default granularity."""
+    return plan.partitions
 
 
 def _tasks_text(plan: Plan) -> list[str]:
@@ -164,8 +161,7 @@ def _tasks_text(plan: Plan) -> list[str]:
     lines = [f"tasks: {_count(len(parts), 'device partition')} for {_count(ops, 'op')} outside loops "
              "(one Dask task each; run --granularity op for one per op)"]
     for loop in plan.spec.loops:
-        mode, why = loop_mode(plan, loop, "partition")
-        lines.append(f"loop '{loop.name}': {mode}: {why}")
+        lines.append(f"loop '{loop.name}': {plan.loop_mode(loop.name).describe()}")
     return lines
 
 
@@ -184,7 +180,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         } for m in plan.memory],
         "ops": [_op_dict(plan, p) for p in plan.placements],
         "partitions": [{"device": p.device.to_string(), "ops": list(p.ops)} for p in outer_partitions(plan)],
-        "loops": {loop.name: dict(zip(("mode", "why"), loop_mode(plan, loop, "partition")))
+        "loops": {loop.name: {"mode": plan.loop_mode(loop.name).mode, "why": plan.loop_mode(loop.name).why}
                   for loop in spec.loops},
         "params": [p.as_dict() for p in spec.params],
         "diagnostics": [d.as_dict() for d in plan.diagnostics],

@@ -101,6 +101,7 @@ RULES: dict[str, str] = {
     "size": "A memory size that cannot be read",
     "duration": "A duration that cannot be read",
     "scheduler": "A scheduler address that is not valid",
+    "gpu-backend": "A GPU backend that is not registered",
     "task-address": "A task address that is not host:port",
     # devices and placement
     "device-syntax": "A device string that does not parse",

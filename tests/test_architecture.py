@@ -99,7 +99,7 @@ def test_compile_imports_without_distributed() -> None:
         "import orchestrator.compile as c\n"
         "from orchestrator.api import plan_file\n"
         "plan = plan_file(sys.argv[1])\n"
-        "graph = c.compile_plan(plan, 'tok')\n"
+        "graph = c.compile_plan(plan, c.CompileOptions('tok'))\n"
         "assert graph.tasks, 'nothing compiled'\n"
         "print(sorted(m for m in sys.modules if m == 'distributed' or m.startswith('distributed.')))\n"
     )
@@ -125,3 +125,29 @@ def test_only_execute_imports_distributed_and_only_the_cupy_backend_imports_cupy
                     assert name == "orchestrator.load.pyyaml", f"{name} imports {module}"
                 if top == "jsonschema":
                     assert name == "orchestrator.validate.schema", f"{name} imports {module}"
+
+
+def _names_imported(path: Path, name: str, source: str) -> set[str]:
+    """The names ``path`` imports from the package module ``source`` (``from .partition import x``)."""
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = name.split(".") if is_package else name.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)] if node.level else []
+            module = ".".join(base + [node.module]) if node.level and node.module else (node.module or "")
+            if module == source:
+                found |= {alias.name for alias in node.names}
+    return found
+
+
+def test_partitions_and_loop_modes_are_decided_once_by_planning() -> None:
+    """The plan carries them: memory, compile and the renderers read ``plan.partitions`` and
+    ``plan.loop_mode``; only the planning stage (and the API composing it) calls the deciders."""
+    graph = import_graph()
+    assert "orchestrator.compile" not in graph["orchestrator.report"]  # report reads the plan, not the compiler
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    deciders = {"partition", "loop_mode", "gang_blocker", "plan_tasks"}
+    callers = {name: sorted(_names_imported(path, name, "orchestrator.partition") & deciders)
+               for name, path in files.items()}
+    assert {name: used for name, used in callers.items() if used} == {"orchestrator.api": ["plan_tasks"]}

@@ -9,7 +9,7 @@ import pytest
 from dask.utils import key_split
 
 from orchestrator.api import plan_file
-from orchestrator.compile import compile_plan
+from orchestrator.compile import CompileOptions, compile_plan
 from orchestrator.backends import DeviceConfig
 from orchestrator.execute.run import Runner, run_plan
 from orchestrator.model import RunSettings
@@ -42,8 +42,8 @@ def test_auto_names_by_op_up_to_the_limit_and_by_kind_above(tmp_path: Path) -> N
 
 def test_dask_groups_keys_by_op_name_or_by_kind(tmp_path: Path) -> None:
     plan = _chain_plan(tmp_path, 5)
-    by_op = compile_plan(plan, "3f9a0c1d2e4b", task_names="op", granularity="op")
-    by_kind = compile_plan(plan, "3f9a0c1d2e4b", task_names="kind", granularity="op")
+    by_op = compile_plan(plan, CompileOptions("3f9a0c1d2e4b", task_names="op", granularity="op"))
+    by_kind = compile_plan(plan, CompileOptions("3f9a0c1d2e4b", task_names="kind", granularity="op"))
     # key_split is what the dashboard's task stream and Dask's per-prefix state group by
     assert sorted(key_split(k) for k in by_op.tasks) == ["c0", "c1", "c2", "c3", "c4"]
     assert sorted({key_split(k) for k in by_kind.tasks}) == ["add", "ones"]

@@ -12,10 +12,11 @@ class DeviceConfig:
 
     name: str
     kind: str  # "CPU" | "GPU"
-    backend: str  # a key of BACKENDS: "host" | "simulated" | "cupy"
+    backend: str  # a key of BACKENDS: "host" | "simulated" | "cupy" | ...
     memory_limit: int | None = None
     reserve_at_start: bool = False
     physical_gpu: int | str | None = None  # a CUDA ordinal or a GPU/MIG UUID
+    backend_path: str = ""  # its class, ``module:Class``, as the client's registry says ("": the worker's)
 
 
 class Backend(Protocol):

@@ -7,11 +7,15 @@ the runner submits with ``optimize_graph=False``, so Dask's fusion can never
 merge tasks of different devices or drop their annotations (dask#7036).
 
 * **Granularity.** By default each task runs a *device partition*: ops of
-  one device that :mod:`orchestrator.partition` groups so that nothing
-  waits longer than it would alone (inputs enter at a partition's start,
-  values leave at its end, no parallelism is lost). A loop runs a window of
-  steps per task and device when it can (:mod:`.gang`), else a partition
-  per step. ``granularity="op"`` keeps one task per op, for debugging.
+  one device that planning grouped (:mod:`orchestrator.partition`, kept in
+  ``plan.partitions`` and ``plan.loop_partitions``) so that nothing waits
+  longer than it would alone (inputs enter at a partition's start, values
+  leave at its end, no parallelism is lost). The compiler reads them and
+  never partitions again: a stage of a run takes the part of each that it
+  runs (:func:`stage_partitions`). A loop runs as planning decided
+  (``plan.loop_mode``): a window of steps per task and device
+  (:mod:`.gang`), else a partition per step. ``granularity="op"`` keeps one
+  task per op, for debugging.
 * **Pinning** uses identity resources: a task asks for
   ``{"device:<canonical name>": 1}``, which only the worker standing for
   that device offers — restart-proof, unlike worker addresses
@@ -20,7 +24,9 @@ merge tasks of different devices or drop their annotations (dask#7036).
 * **Values cross** once per consuming device, only the one needed, and
   control edges move no data (:mod:`.builder`).
 
-State. None between calls: every function returns frozen records
+State. None between calls: every function takes the run's
+:class:`CompileOptions` (token, directories, key naming, granularity,
+whether outputs are copied to the host) and returns frozen records
 (:class:`~orchestrator.model.CompiledGraph`,
 :class:`~orchestrator.model.CompiledWindow`, :class:`LoopState`); the
 driver of a loop hands each window the state the last one left.
@@ -32,11 +38,11 @@ graphs of many ops, by op kind.
 """
 
 from .builder import GraphBuilder
-from .gang import compile_gang_prep, compile_gang_window, gang_blocker, loop_mode
+from .gang import compile_gang_prep, compile_gang_window
 from .loops import LoopState, after_window, compile_fetch, compile_window, loop_start, lookup_value
 from .options import CompileOptions
-from .plan import compile_plan
+from .plan import compile_plan, stage_partitions
 
 __all__ = ["CompileOptions", "GraphBuilder", "LoopState", "after_window", "compile_fetch",
-           "compile_gang_prep", "compile_gang_window", "compile_plan", "compile_window", "gang_blocker",
-           "loop_mode", "loop_start", "lookup_value"]
+           "compile_gang_prep", "compile_gang_window", "compile_plan", "compile_window", "loop_start",
+           "lookup_value", "stage_partitions"]

@@ -27,9 +27,8 @@ from dask.task_spec import Task, TaskRef
 
 from ..devices import ANY, DeviceSpec
 from ..keys import KeyNamer, TaskNames
-from ..model import CompiledGraph, Located, OpRef, Plan
+from ..model import CompiledGraph, Located, OpRef, Partition, Plan
 from ..ops import lookup
-from ..partition import Partition
 from ..tasks import OpTask, PartitionTask, move, resources_for, run_op, run_partition, to_host
 from ..tasks import token as control_token
 

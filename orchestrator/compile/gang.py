@@ -10,7 +10,8 @@ only the tensors that cross devices. A gang window does the same for
 of the window (``orchestrator.tasks.windows``), and the values read across
 devices go directly from worker to worker.
 
-What must hold for that, and why (:func:`gang_blocker` says which fails):
+What must hold for that, and why (planning's ``orchestrator.partition.gang_blocker``
+says which fails, and the plan keeps the answer: ``plan.loop_mode``):
 
 * The window's tasks must all run at once, each waiting only for values the
   others make in the same window. So they depend on nothing but their own
@@ -32,50 +33,12 @@ from typing import Any
 
 from dask.task_spec import Task, TaskRef
 
-from ..devices import ANY, DeviceSpec
+from ..devices import DeviceSpec
 from ..model import CompiledGraph, CompiledWindow, Located, Loop, OpRef, Plan
 from ..tasks import ARG, LOCAL, RECEIVED, STATE, StateRule, WindowTask, run_window
 from .builder import GraphBuilder
 from .loops import LoopState, lookup_value
 from .options import CompileOptions
-
-
-def gang_blocker(plan: Plan, loop: Loop) -> str:
-    """Why ``loop`` cannot run in gang windows, or ``""`` when it can."""
-    spec = plan.spec
-    if spec.run.retries or any(op.retries for op in spec.ops):
-        return "ops have retries, which Dask gives per task: the loop runs a task per device partition per step"
-    body = set(loop.body)
-    placeholders = {var.placeholder for var in loop.state}
-    for name in loop.body:
-        if plan.placement(name).device.device_index == ANY and name not in placeholders:
-            return f"op '{name}' runs on GPU:* (Dask picks its GPU at run time, so its peers cannot know where)"
-    other = next((lp.name for lp in spec.loops if lp.name.startswith(loop.name + "/")), None)
-    if other is not None:
-        return f"it holds the loop '{other}'"
-    for var in loop.state:
-        if var.update.op not in body or var.update.op in placeholders:
-            return f"state '{var.name}' is not updated by an op of the body"
-    for name, ref in loop.metrics:
-        if ref.op not in body or ref.op in placeholders:
-            return f"metric '{name}' is not made by an op of the body"
-    return ""
-
-
-def loop_mode(plan: Plan, loop: Loop, granularity: str) -> tuple[str, str]:
-    """How ``loop`` runs at ``granularity``: ``nested``, ``gang``, ``partition`` or ``op``, and in words why."""
-    inner = [lp.name for lp in plan.spec.loops if lp is not loop and lp.name.startswith(loop.name + "/")]
-    if inner:
-        return "nested", (f"step by step, because it holds the loop '{inner[0]}': each step runs its own ops, "
-                          "then that loop")
-    if granularity == "op":
-        return "op", "a task per op per step (--granularity op)"
-    blocker = gang_blocker(plan, loop)
-    if blocker:
-        return "partition", f"a task per device partition per step, because {blocker}"
-    devices = len({plan.placement(n).device for n in loop.body})
-    return "gang", (f"one task per device per window of {loop.window} steps ({devices} device"
-                    f"{'s' if devices != 1 else ''}), values sent worker to worker")
 
 
 def _short(device: DeviceSpec) -> str:

@@ -3,11 +3,13 @@
 Step s reads the carried state of step s−1 (inside the window, or from the
 previous window by key); outer values reach the loop's devices through
 moves made once and reused by every later window. Three ways to run a
-window, chosen per loop (:func:`window_mode`):
+window, chosen per loop by planning (``plan.loop_mode``, decided in
+``orchestrator.partition``):
 
 * ``op``: one task per op per step (``--granularity op``).
-* ``partition``: one task per device partition per step; the body is
-  partitioned once (``orchestrator.partition``), and every step repeats it.
+* ``partition``: one task per device partition per step; the body's
+  partitions are the plan's (``plan.loop_partitions``), and every step
+  repeats them.
 * ``gang``: one task per device for the whole window, its values exchanged
   worker to worker (:mod:`.gang`); the default when the loop allows it.
 """
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..model import CompiledGraph, CompiledWindow, Located, Loop, OpRef, Plan
-from ..partition import partition, published
+from ..partition import published
 from .builder import GraphBuilder
 from .options import CompileOptions
 from .plan import partition_readers
@@ -58,7 +60,7 @@ def compile_window(plan: Plan, loop: Loop, start: int, state: LoopState, options
     outer_keys = {located.key for located in state.known.values()}
     index = spec.loops.index(loop)
     by_partition = options.granularity != "op"
-    parts = partition(plan, order, external=state_of) if by_partition else ()
+    parts = plan.loop_partitions[loop.name] if by_partition else ()
     wanted = [str(var.update) for var in loop.state] + [str(ref) for _, ref in loop.metrics]
     returns = published(plan, parts, wanted) if by_partition else {}
     builder = GraphBuilder(plan, options.token, options.base_dir,

@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from ..backends import DeviceConfig
+from ..backends import DeviceConfig, backend_entry
 from ..devices import GpuId
 from ..model import Cluster, Device
 from ..tasks import worker_resources
@@ -47,9 +47,13 @@ def worker_env(device: Device, all_physical: tuple[GpuId, ...]) -> dict[str, str
 
 
 def device_configs(cluster: Cluster, backend: str) -> dict[str, DeviceConfig]:
-    return {d.name: DeviceConfig(d.name, "GPU" if d.is_gpu else "CPU", backend if d.is_gpu else "host",
-                                 d.memory_limit if d.is_gpu else None, d.reserve_at_start, d.physical_gpu)
-            for d in cluster.devices}
+    """What each device's worker needs, its backend's class included (from this process's registry)."""
+    out = {}
+    for d in cluster.devices:
+        name = backend if d.is_gpu else "host"
+        out[d.name] = DeviceConfig(d.name, "GPU" if d.is_gpu else "CPU", name, d.memory_limit if d.is_gpu else None,
+                                   d.reserve_at_start, d.physical_gpu, backend_entry(name).path)
+    return out
 
 
 def worker_options(cluster: Cluster, device: Device, host: str | None = "127.0.0.1",

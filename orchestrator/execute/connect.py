@@ -6,9 +6,16 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping
 
-from ..backends import cuda_device_count
+from ..backends import (
+    AUTO,
+    backend_entry,
+    cuda_device_count,
+    fallback_gpu_backend,
+    gpu_backend_problem,
+    hardware_gpu_backend,
+)
 from ..devices import DeviceSpec
-from ..errors import NoWorkerError, RunError
+from ..errors import NoWorkerError, RunError, UsageError
 from ..model import Plan, RunSettings
 from ..tasks import device_resource, task_resource
 from .cluster import EmbeddedCluster
@@ -84,28 +91,36 @@ def wait_for_devices(plan: Plan, settings: RunSettings, client: Any) -> None:
 
 
 def choose_backend(plan: Plan, requested: str, visible: Callable[[], int]) -> tuple[str, str]:
-    """(backend, why). auto: cupy when the GPU workers' machines show enough CUDA GPUs, else simulated.
+    """(backend, why), from the registry. auto: its hardware backend when the GPU workers' machines show
+    enough CUDA GPUs, else its fallback (simulated); a hardware backend asked for by name needs them.
 
     ``visible`` counts the CUDA GPUs where the GPU workers run (this machine for
     the embedded cluster, the workers themselves for a remote one).
     """
+    problem = gpu_backend_problem(requested)
+    if problem is not None:  # validation and the command line refuse it first; a settings object may not
+        raise UsageError(f"gpu_backend: {problem}")
+    fallback = fallback_gpu_backend()
     gpus = {d.physical_gpu for d in plan.spec.cluster.devices if d.is_gpu}
     if not gpus:
-        return "simulated", "no GPUs in the spec"
-    if requested == "simulated":
-        return "simulated", "gpu_backend: simulated"
+        return fallback.name, "no GPUs in the spec"
+    if requested != AUTO and not backend_entry(requested).hardware:
+        return requested, f"gpu_backend: {requested}"
+    hardware = hardware_gpu_backend() if requested == AUTO else backend_entry(requested)
+    if hardware is None:  # auto, with no backend for real GPUs registered
+        return fallback.name, "no backend for real GPUs is registered"
     count = visible()
     # ordinal k needs k + 1 GPUs; UUIDs need as many as they name (their ordinals are the machine's business)
     ordinals = [g for g in gpus if isinstance(g, int)]
     needed = max(max(ordinals, default=-1) + 1, len({g for g in gpus if isinstance(g, str)}))
-    if requested == "cupy":
+    if requested != AUTO:
         if count < needed:
-            raise RunError(f"gpu_backend: cupy needs {needed} CUDA GPU(s); {count} visible "
-                           "(install orchestrator[gpu] on a CUDA machine, or use gpu_backend: simulated)")
-        return "cupy", "gpu_backend: cupy"
+            raise RunError(f"gpu_backend: {requested} needs {needed} CUDA GPU(s); {count} visible "
+                           f"(install orchestrator[gpu] on a CUDA machine, or use gpu_backend: {fallback.name})")
+        return requested, f"gpu_backend: {requested}"
     if count >= needed:
-        return "cupy", f"{count} CUDA GPU(s) visible"
-    return "simulated", f"{count} CUDA GPU(s) visible, {needed} needed"
+        return hardware.name, f"{count} CUDA GPU(s) visible"
+    return fallback.name, f"{count} CUDA GPU(s) visible, {needed} needed"
 
 
 def cuda_counter(cluster: Any, client: Any) -> Callable[[], int]:

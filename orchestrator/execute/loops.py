@@ -42,7 +42,6 @@ from ..compile import (
     compile_plan,
     compile_window,
     lookup_value,
-    loop_mode,
     loop_start,
 )
 from ..devices import DeviceSpec
@@ -220,11 +219,8 @@ class StagedRun:
         refs = [str(r) for name in stored for r in ref_of(self.plan, name)]
         # the spec's outputs made here must be returned by their partitions, to be fetched at the end
         finals = [str(o.ref) for o in self.plan.spec.outputs if o.ref.op in set(ready) and str(o.ref) not in refs]
-        compiled = compile_plan(self.plan, self.options.token, self.options.base_dir, only=ready, known=self.known,
-                                outputs=refs + finals, out_dir=self.options.out_dir,
-                                task_names=self.options.task_names,
-                                granularity=self.options.granularity, known_done=self.done, step=step,
-                                host_outputs=self.options.host_outputs, cut_after=stored)
+        compiled = compile_plan(self.plan, self.options, only=ready, known=self.known, outputs=refs + finals,
+                                known_done=self.done, step=step, cut_after=stored)
         chosen = set(ready)
         later = {n for n in ready if self.readers.get(n, set()) - chosen or n in self.output_ops}
         needed = list(dict.fromkeys(
@@ -357,9 +353,9 @@ class StagedRun:
 
     def window_mode(self, loop: Loop) -> str:
         """``nested`` (step by step), ``gang`` (a task per device per window), else ``partition`` or ``op``."""
-        mode, why = loop_mode(self.plan, loop, self.options.granularity)
-        self.modes[loop.name] = f"{mode}: {why}"
-        return mode
+        planned = self.plan.loop_mode(loop.name, self.options.granularity)  # planning decided; the driver obeys
+        self.modes[loop.name] = planned.describe()
+        return planned.mode
 
     def prepare_gang(self, loop: Loop, state: LoopState, offset: int) -> LoopState:
         """Move what the loop reads to its devices, and wait: a window's tasks may wait for nothing else."""

@@ -31,6 +31,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..atomic import write_text
+from ..backends import backend_entry
 from ..compile import CompileOptions, compile_plan
 from ..devices import DeviceSpec
 from ..errors import NoWorkerError, OrchestratorError, RunError
@@ -89,7 +90,8 @@ class Runner:
 
     def options(self) -> CompileOptions:
         return CompileOptions(self.token, self.base_dir, self.output_dir, self.task_names,
-                              host_outputs=self.backend == "cupy", granularity=self.settings.granularity)
+                              host_outputs=backend_entry(self.backend).host_outputs,
+                              granularity=self.settings.granularity)
 
     # ------------------------------------------------------------------ run
 
@@ -114,7 +116,7 @@ class Runner:
                 link = client.dashboard_link if "dashboard" in client.scheduler_info().get("services", {}) else None
                 self.echo(f"running '{self.spec.name}' on {'an embedded' if cluster else 'a remote'} Dask cluster "
                           f"({len(self.spec.cluster.devices)} devices, GPU backend: {self.backend}"
-                          f"{' — simulated GPUs' if self.backend == 'simulated' and self._has_gpus() else ''}; "
+                          f"{' — simulated GPUs' if self._simulates_gpus() else ''}; "
                           f"{self.backend_why})")
                 if link:
                     grouped = "op name" if self.task_names == "op" else "op kind"
@@ -158,6 +160,9 @@ class Runner:
     def _has_gpus(self) -> bool:
         return any(d.is_gpu for d in self.spec.cluster.devices)
 
+    def _simulates_gpus(self) -> bool:
+        return self._has_gpus() and not backend_entry(self.backend).hardware
+
     def open_cache(self) -> CacheUse | None:
         """The cache of this run, when any op's cache is on (or --resume); None otherwise, or with --no-cache."""
         s = self.settings
@@ -199,9 +204,7 @@ class Runner:
                 self.not_run.update(staged.notes)
             else:
                 with self.phase("compile"), paused_gc():
-                    compiled = compile_plan(self.plan, self.token, self.base_dir,
-                                            host_outputs=self.backend == "cupy", out_dir=self.output_dir,
-                                            task_names=self.task_names, granularity=self.settings.granularity)
+                    compiled = compile_plan(self.plan, self.options())
                 with self.phase("submit"):
                     futures = self.submit(compiled, list(compiled.output_keys.values()), progress=True)
                 with self.phase("compute"):

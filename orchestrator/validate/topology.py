@@ -10,6 +10,7 @@ import ipaddress
 import re
 from typing import Any, Final, Mapping
 
+from ..backends import AUTO, fallback_gpu_backend, gpu_backend_names, gpu_backend_problem, hardware_gpu_backend
 from ..devices import SOFT_KEEPS, DeviceSpec, GpuId, canonical_device, gpu_id_problem, gpu_mix_problem
 from ..errors import YamlPath, did_you_mean, format_bytes
 from ..model import Cluster, Device, GpuMemory, Job, PlacementConfig, Rule, Tls
@@ -33,6 +34,7 @@ _CLUSTER_SIZE_HINT = ("every device, a task's CPU:0 or one of its GPUs, is a Das
 
 def build_cluster(c: Checker, data: Mapping[str, Any]) -> Cluster:
     check_scheduler(c, str(data.get("scheduler", "local")), ("cluster", "scheduler"))
+    check_gpu_backend(c, data.get("gpu_backend", AUTO))
     raw_jobs = data.get("jobs") or {"localhost": {}}
     jobs = tuple(build_job(c, str(name), spec or {}, ("cluster", "jobs", name)) for name, spec in raw_jobs.items())
     total = sum(job.tasks * (1 + job.logical_gpus) for job in jobs)
@@ -52,6 +54,16 @@ def build_cluster(c: Checker, data: Mapping[str, Any]) -> Cluster:
     return Cluster(jobs, devices, default_job, str(data.get("scheduler", "local")),
                    str(data.get("gpu_backend", "auto")), None if dashboard is False else str(dashboard),
                    Tls(**tls) if tls else None)
+
+
+def check_gpu_backend(c: Checker, name: Any) -> None:
+    """``gpu_backend`` names an entry of the backends' registry (or ``auto``): the registry is the one list."""
+    problem = gpu_backend_problem(str(name))
+    if problem is not None:
+        hardware, fallback = hardware_gpu_backend(), fallback_gpu_backend()
+        auto = f"auto picks {hardware.name} when enough CUDA GPUs are visible, else {fallback.name}" \
+            if hardware is not None else f"auto picks {fallback.name}"
+        c.error("gpu-backend", ("cluster", "gpu_backend"), problem, did_you_mean(str(name), gpu_backend_names()) or auto)
 
 
 def build_job(c: Checker, name: str, spec: Mapping[str, Any], path: YamlPath) -> Job:
