@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -231,7 +232,11 @@ def test_a_gpu_over_its_cap_fails_the_same_way_and_writes_nothing(tmp_path: Path
         with pytest.raises(DeviceOutOfMemory) as info:
             run_file(spec, echo=quiet, sync=sync)
         errors.append(str(info.value))
-    assert errors[0] == errors[1]
+    # what else the GPU holds then is the cluster's to vary: a worker may still hold an earlier copy of x
+    assert re.sub(r"[\d.]+ \w*B in use", "N in use", errors[0]) == re.sub(r"[\d.]+ \w*B in use", "N in use",
+                                                                         errors[1])
+    assert errors[1].startswith("OOM when allocating 3.8 MiB for op 'big' on ")
+    assert "GPU:0: 32 B in use" in errors[1]  # here, only its input x: one copy, charged once
     assert "op 'big'" in errors[1] and "/job:localhost/replica:0/task:0/device:GPU:0" in errors[1]
     assert "limit is 1.0 MiB" in errors[1]
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "x.npy"), np.arange(3.0))
