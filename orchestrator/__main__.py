@@ -1,5 +1,5 @@
 """``python -m orchestrator``: the ``orchestrate`` command."""
 
-from .cli import main
+from .entry import main
 
 main()

@@ -49,12 +49,12 @@ __all__ = [
     "diff_files",
     "diff_plans",
     "plan_file",
+    "render_run_report",
     "run_file",
     "run_plan",
     "schema_text",
     "select_worker_task",
     "serve_worker",
-    "validate_file",
     "worker_commands",
 ]
 
@@ -100,9 +100,6 @@ def check_file(path: str | os.PathLike[str], display_name: str | None = None, pa
             plan = plan_memory(plan_tasks(plan))
     all_diags = tuple(sorted([*diagnostics, *plan.diagnostics], key=lambda d: (not d.is_error, d.line, d.column)))
     return Checked(name, all_diags, spec, plan)
-
-
-validate_file = check_file
 
 
 def plan_file(path: str | os.PathLike[str], display_name: str | None = None, params: Params = None) -> Plan:

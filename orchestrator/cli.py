@@ -7,9 +7,7 @@ No traceback reaches the user unless ``--debug`` is given.
 from __future__ import annotations
 
 import argparse
-import logging
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +19,7 @@ from . import api, report, report_diff
 from .atomic import write_bytes, write_text
 from .backends import gpu_backend_names
 from .devices import parse_gpu_ids
-from .errors import OrchestratorError, UsageError, format_bytes
+from .errors import OrchestratorError, Terminated, UsageError, format_bytes
 from .paths import PathUse, clashes
 from .keys import OP_PREFIX_LIMIT, POLICIES
 from .model import GRANULARITIES
@@ -418,25 +416,3 @@ def run_cli(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int
             raise
         sys.stderr.write(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)\n")
         return EXIT_INVALID
-
-
-class Terminated(BaseException):
-    """SIGTERM (what timeout, Slurm and Kubernetes send): unwinds like Ctrl-C, so every cleanup runs."""
-
-
-def _stop(signum: int, frame: Any) -> None:
-    """A stop signal: quiet the libraries' own complaints about interrupted work, then unwind."""
-    # Stopping a run leaves Dask's pending client calls to fail as the client closes; their
-    # tracebacks ("Task exception was never retrieved") would bury the one line that matters.
-    for name in ("asyncio", "distributed", "tornado"):
-        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
-    if signum == signal.SIGTERM:
-        raise Terminated()
-    raise KeyboardInterrupt()
-
-
-def main() -> None:
-    """The ``orchestrate`` command: a stop signal unwinds (temporary files go, clusters close) quietly."""
-    signal.signal(signal.SIGINT, _stop)
-    signal.signal(signal.SIGTERM, _stop)
-    sys.exit(run_cli())

@@ -167,3 +167,7 @@ def format_bytes(n: int | float) -> str:
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+class Terminated(BaseException):
+    """SIGTERM (what timeout, Slurm and Kubernetes send): unwinds like Ctrl-C, so every cleanup runs."""

@@ -68,7 +68,7 @@ def _command(name: str) -> list[str]:
     if script.exists():
         return [str(script)]
     if name == "orchestrate":
-        return [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+        return [sys.executable, "-c", "from orchestrator.entry import main; main()"]
     return [sys.executable, "-m", "dask"]
 
 
