@@ -28,11 +28,11 @@ from specgen import chain_spec, median, save_result, write_spec  # noqa: E402
 
 from orchestrator.compile import CompileOptions, compile_plan  # noqa: E402
 from orchestrator.perf import paused_gc  # noqa: E402
-from orchestrator.load import load_file  # noqa: E402
-from orchestrator.memory import plan_memory  # noqa: E402
-from orchestrator.partition import plan_tasks  # noqa: E402
-from orchestrator.place import place  # noqa: E402
-from orchestrator.validate import validate  # noqa: E402
+from orchestrator.spec.load import load_file  # noqa: E402
+from orchestrator.plan.memory import plan_memory  # noqa: E402
+from orchestrator.plan.partition import plan_tasks  # noqa: E402
+from orchestrator.plan.place import place  # noqa: E402
+from orchestrator.spec.validate import validate  # noqa: E402
 
 
 STAGES = ("parse", "load", "validate", "place", "memory", "compile")

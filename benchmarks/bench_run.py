@@ -52,7 +52,7 @@ def hand_written(address: str, plan, tag: str) -> float:  # type: ignore[no-unty
     tasks, resources = {}, {}
     # Keys named as Dask names them (``add-<token>-<i>``: one task prefix per function). Dask keeps per-prefix
     # state on every worker, and a prefix per op made the same graph take ~1.75x as long at 3k ops here, which
-    # is why the orchestrator names the keys of plans this big by op kind too (orchestrator/keys.py).
+    # is why the orchestrator names the keys of plans this big by op kind too (orchestrator/compile/dask_keys.py).
     keys = {p.op: f"{'add' if plan.spec.op(p.op).inputs else 'ones'}-{tag}-{i}" for i, p in enumerate(plan.placements)}
     for p in plan.placements:
         op = plan.spec.op(p.op)

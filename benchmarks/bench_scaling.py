@@ -216,7 +216,7 @@ def on_real_gpus(backend: str, quick: bool) -> int:
     A configuration needing more GPUs than the machine shows is skipped with a note; the
     2 ÷ 1 device figure needs two. Values are checked against each other as in the CPU run.
     """
-    from orchestrator.backends import cuda_device_count
+    from orchestrator.runtime.backends import cuda_device_count
 
     visible = cuda_device_count()
     runs = []

@@ -19,17 +19,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .backends import gpu_backend_problem
+from .backend_registry import gpu_backend_problem
 from .errors import Diagnostic, OrchestratorError, SpecError, UsageError
-from .load import load_file
-from .memory import plan_memory
-from .model import Plan, RunResult, RunSettings, Spec
-from .partition import plan_tasks
+from .spec.load import load_file
+from .plan.memory import plan_memory
+from .plan.records import Plan
+from .execute.records import RunResult, RunSettings
+from .spec.records import Spec
+from .plan.partition import plan_tasks
 from .perf import paused_gc
-from .place import place
-from .plan_diff import FAIL_CONDITIONS, PlanDiff
-from .plan_diff import diff_plans as _diff_plans
-from .validate import schema_text, validate
+from .plan.place import place
+from .plan.diff import FAIL_CONDITIONS, PlanDiff
+from .plan.diff import diff_plans as _diff_plans
+from .spec.validate import schema_text, validate
 
 if TYPE_CHECKING:
     from .cache import Cache
@@ -149,7 +151,7 @@ def run_file(path: str | os.PathLike[str], settings: RunSettings | None = None, 
     """Check, plan and run a spec; return its values and run report.
 
     ``params`` set the spec's ``params:`` (as ``--set`` does). ``overrides`` are fields of
-    :class:`~orchestrator.model.RunSettings` (``scheduler``, ``output_dir``, ``report_path``, ...).
+    :class:`~orchestrator.execute.records.RunSettings` (``scheduler``, ``output_dir``, ``report_path``, ...).
     """
     from dataclasses import replace as _replace
 
@@ -226,6 +228,6 @@ def render_run_report(path: str | os.PathLike[str]) -> str:
     Every resource is inline, so the page opens offline. Raises
     :class:`~orchestrator.errors.OrchestratorError` when the file cannot be read or is not a run report.
     """
-    from .report_html import render_run_report_file  # bokeh is imported only to draw
+    from .report.html import render_run_report_file  # bokeh is imported only to draw
 
     return render_run_report_file(path)

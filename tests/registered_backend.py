@@ -5,7 +5,7 @@ Its workers import it by the path the client's registry gives (``registered_back
 
 from __future__ import annotations
 
-from orchestrator.backends.simulated import SimulatedGPUBackend
+from orchestrator.runtime.backends.simulated import SimulatedGPUBackend
 
 
 class TracingBackend(SimulatedGPUBackend):

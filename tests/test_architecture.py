@@ -1,7 +1,8 @@
 """The package's shape: imports go down the layers, with no cycle, and compile needs no distributed.
 
-DESIGN §2: cli -> api -> stages -> model -> devices -> errors. ``make lint``
-checks the layer contracts with import-linter; this test checks the one
+docs/architecture.md: cli -> api -> report -> execute -> compile | cache ->
+runtime -> plan -> spec -> ops -> the base. ``make lint`` checks the layer,
+independence and home contracts with import-linter; this test checks the one
 property every contract relies on — the import graph of ``orchestrator/``
 has no cycle — by reading every module's imports with ``ast`` (imports
 inside functions included: a lazy import is still a dependency).
@@ -120,11 +121,11 @@ def test_only_execute_imports_distributed_and_only_the_cupy_backend_imports_cupy
                 if top == "distributed":
                     assert name.startswith("orchestrator.execute"), f"{name} imports {module}"
                 if top == "cupy":
-                    assert name == "orchestrator.backends.cupy", f"{name} imports {module}"
+                    assert name == "orchestrator.runtime.backends.cupy", f"{name} imports {module}"
                 if top == "yaml":
-                    assert name == "orchestrator.load.pyyaml", f"{name} imports {module}"
+                    assert name == "orchestrator.spec.load.pyyaml", f"{name} imports {module}"
                 if top == "jsonschema":
-                    assert name == "orchestrator.validate.schema", f"{name} imports {module}"
+                    assert name == "orchestrator.spec.validate.schema", f"{name} imports {module}"
 
 
 def _names_imported(path: Path, name: str, source: str) -> set[str]:
@@ -148,6 +149,6 @@ def test_partitions_and_loop_modes_are_decided_once_by_planning() -> None:
     assert "orchestrator.compile" not in graph["orchestrator.report"]  # report reads the plan, not the compiler
     files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     deciders = {"partition", "loop_mode", "gang_blocker", "plan_tasks"}
-    callers = {name: sorted(_names_imported(path, name, "orchestrator.partition") & deciders)
+    callers = {name: sorted(_names_imported(path, name, "orchestrator.plan.partition") & deciders)
                for name, path in files.items()}
     assert {name: used for name, used in callers.items() if used} == {"orchestrator.api": ["plan_tasks"]}

@@ -2,7 +2,7 @@
 
 The spec's ``cluster.gpu_backend`` (at validation, with its line and column),
 ``run --gpu-backend`` (a usage error), the API's settings and the runner's
-choice all read ``orchestrator.backends.BACKENDS``; a new backend is one entry.
+choice all read ``orchestrator.runtime.backends.BACKENDS``; a new backend is one entry.
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchestrator import backends, run_file
+from orchestrator import backend_registry as backends
+from orchestrator import run_file
 from orchestrator.api import check_file
-from orchestrator.backends import BackendEntry
+from orchestrator.runtime.backends import BackendEntry
 from orchestrator.cli import build_parser, run_cli
 from orchestrator.errors import RunError, UsageError
 from orchestrator.execute.connect import choose_backend
-from orchestrator.model import Plan
+from orchestrator.plan.records import Plan
 
 SPEC = """\
     version: 1

@@ -10,9 +10,9 @@ import pytest
 from dask.task_spec import Task
 
 from orchestrator.api import plan_file
-from orchestrator.model import OpRef, Output
+from orchestrator.spec.records import OpRef, Output
 from orchestrator.compile import CompileOptions, compile_plan
-from orchestrator.tasks import OpTask
+from orchestrator.runtime import OpTask
 
 CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
 GPU0 = "/job:localhost/replica:0/task:0/device:GPU:0"

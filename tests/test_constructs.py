@@ -6,8 +6,8 @@ import textwrap
 from pathlib import Path
 
 from orchestrator.api import check_file
-from orchestrator.constructs import CONSTRUCTS, construct_of, expand
-from orchestrator.load import load_text
+from orchestrator.spec.constructs import CONSTRUCTS, construct_of, expand
+from orchestrator.spec.load import load_text
 
 
 def test_every_construct_is_registered_by_its_key_and_found_on_an_item() -> None:

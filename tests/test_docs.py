@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from orchestrator.ops import CATALOG, user_op_names
-from orchestrator.validate import schema
+from orchestrator.spec.validate import schema
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -35,7 +35,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator import load
+from orchestrator.spec import load
 from orchestrator.api import check_file
 from orchestrator.cli import run_cli
 from orchestrator.errors import LoadError

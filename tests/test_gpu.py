@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator import run_file
 from orchestrator.api import plan_file
-from orchestrator.backends import cuda_device_count
+from orchestrator.runtime.backends import cuda_device_count
 from orchestrator.errors import DeviceOutOfMemory
 
 VISIBLE = cuda_device_count()

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.load import MAX_SPEC_BYTES
-from orchestrator.model import OpRef
+from orchestrator.spec.load import MAX_SPEC_BYTES
+from orchestrator.spec.records import OpRef
 
 from cli_helpers import HANG, INVALID, at_repo_root, cli, codes, strict_file, timed_check, write  # noqa: F401 (a fixture)
 

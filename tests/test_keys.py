@@ -10,12 +10,12 @@ from dask.utils import key_split
 
 from orchestrator.api import plan_file
 from orchestrator.compile import CompileOptions, compile_plan
-from orchestrator.backends import DeviceConfig
+from orchestrator.runtime.backends import DeviceConfig
 from orchestrator.execute.run import Runner, run_plan
-from orchestrator.model import RunSettings
+from orchestrator.execute.records import RunSettings
 from orchestrator.execute.plugin import DeviceRuntimePlugin
-from orchestrator.tasks import OpTask
-from orchestrator.keys import OP_PREFIX_LIMIT, KeyNamer, choose_task_names, kind_label
+from orchestrator.runtime import OpTask
+from orchestrator.compile.dask_keys import OP_PREFIX_LIMIT, KeyNamer, choose_task_names, kind_label
 
 
 def _chain_plan(tmp_path: Path, n_ops: int):  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""Tests of orchestrator.load: real YAML text and real files, no mocks.
+"""Tests of orchestrator.spec.load: real YAML text and real files, no mocks.
 
 Most behaviour is checked with both loaders: libyaml's (the one used when it is
 installed) and the pure-Python one (used when it is not), through
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import load
+from orchestrator.spec import load
 from orchestrator.errors import Diagnostic, LoadError
-from orchestrator.model import Document
+from orchestrator.spec.records import Document
 
 TAG_HINT = "only plain YAML is accepted: mappings, lists, strings, numbers, booleans, null"
 DUP_HINT = "remove one of them; YAML would silently keep the last"

@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator import run_file
 from orchestrator.api import check_file, plan_file
-from orchestrator.partition import loop_mode
+from orchestrator.plan.partition import loop_mode
 
 NESTED = """\
     version: 1

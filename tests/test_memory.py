@@ -1,4 +1,4 @@
-"""Tests of orchestrator.memory: the static memory plan per device and its limits.
+"""Tests of orchestrator.plan.memory: the static memory plan per device and its limits.
 
 Each spec here is small enough that its peak is worked out by hand in the
 comments (float64: 8 bytes an element); the tests assert exact byte counts.

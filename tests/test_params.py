@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from orchestrator.cli import run_cli
-from orchestrator.load import load_file, load_text, parse_value
-from orchestrator.model import Spec
-from orchestrator.validate import validate
+from orchestrator.spec.load import load_file, load_text, parse_value
+from orchestrator.spec.records import Spec
+from orchestrator.spec.validate import validate
 
 SPEC = """\
     version: 1

@@ -1,6 +1,6 @@
 """Device partitions: how ops are grouped, that nothing per op is lost, and loops in gang windows.
 
-The grouping rules (orchestrator.partition) are checked on plans alone —
+The grouping rules (orchestrator.plan.partition) are checked on plans alone —
 including 300 random graphs over three devices — and then on real embedded
 clusters: values, placements and per-op records equal at both granularities,
 a memory cap or an exception inside a partition names the op, a control edge
@@ -22,8 +22,8 @@ import pytest
 from orchestrator import run_file
 from orchestrator.api import plan_file
 from orchestrator.errors import DeviceOutOfMemory, OpFailedError, RunError
-from orchestrator.model import Plan
-from orchestrator.partition import Partition, partition, published
+from orchestrator.plan.records import Plan
+from orchestrator.plan.partition import Partition, partition, published
 
 GPU0 = "/job:localhost/replica:0/task:0/device:GPU:0"
 CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"

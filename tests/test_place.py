@@ -1,4 +1,4 @@
-"""Tests of orchestrator.place: where every op runs and why, in TensorFlow's terms.
+"""Tests of orchestrator.plan.place: where every op runs and why, in TensorFlow's terms.
 
 Plans are made the way users make them: ``orchestrate plan FILE --format json``
 run in-process, or the Python API (``check_file`` / ``plan_file``), on the

@@ -23,7 +23,7 @@ import pytest
 from orchestrator import run_file
 from orchestrator.cli import run_cli
 from orchestrator.errors import format_bytes
-from orchestrator.report_html import (HOST_NOT_MEASURED, BadRunReport, op_timing, parse_run_report, run_report_html,
+from orchestrator.report.html import (HOST_NOT_MEASURED, BadRunReport, op_timing, parse_run_report, run_report_html,
                                       seconds, short_device)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -284,7 +284,7 @@ def test_only_report_html_imports_bokeh_and_importing_the_cli_does_not() -> None
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
             if any(name.split(".")[0] == "bokeh" for name in names):
-                assert path == package / "report_html" / "figures.py", f"{path} imports bokeh"
+                assert path == package / "report" / "html" / "figures.py", f"{path} imports bokeh"
     code = "import sys, orchestrator.cli; print(sorted(m for m in sys.modules if m.split('.')[0] == 'bokeh'))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr

@@ -23,7 +23,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from orchestrator import report_sarif
+from orchestrator.report import sarif as report_sarif
 from orchestrator.cli import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,7 +212,7 @@ def test_exit_codes_are_those_of_the_other_formats(tmp_path: Path, monkeypatch: 
 
 
 def test_every_code_of_the_invalid_corpus_has_a_short_description() -> None:
-    """A new diagnostic code needs its line in RULES (orchestrator/report_sarif.py); the fallback is a stopgap."""
+    """A new diagnostic code needs its line in RULES (orchestrator/report/sarif.py); the fallback is a stopgap."""
     _, text = validate(*map(str, INVALID), "--format", "json")
     codes = {d["code"] for f in json.loads(text)["files"] for d in f["diagnostics"]}
     assert len(codes) > 40

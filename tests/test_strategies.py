@@ -55,8 +55,8 @@ class Last:
 
 def test_a_new_strategy_is_one_registry_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(strategies, "STRATEGIES", {**strategies.STRATEGIES, "last": Last})
-    import orchestrator.place as place
-    import orchestrator.validate.topology as topology
+    import orchestrator.plan.place as place
+    import orchestrator.spec.validate.topology as topology
 
     monkeypatch.setattr(place, "STRATEGIES", strategies.STRATEGIES)
     monkeypatch.setattr(topology, "STRATEGIES", strategies.STRATEGIES)
@@ -167,8 +167,8 @@ class Fullest:
 
 
 def test_a_strategy_is_told_the_bytes_each_task_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import orchestrator.place as place
-    import orchestrator.validate.topology as topology
+    import orchestrator.plan.place as place
+    import orchestrator.spec.validate.topology as topology
 
     registry = {**strategies.STRATEGIES, "fullest": Fullest}
     monkeypatch.setattr(place, "STRATEGIES", registry)

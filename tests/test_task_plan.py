@@ -1,6 +1,6 @@
 """The plan carries its tasks: partitions and loop modes are decided once, by planning, and read by the rest.
 
-``orchestrator.partition.plan_tasks`` fills ``plan.tasks``; memory, compile and
+``orchestrator.plan.partition.plan_tasks`` fills ``plan.tasks``; memory, compile and
 the renderers read it. Each test here hands one of them a plan whose task plan
 was changed by hand and checks that it follows the plan rather than its own
 judgement.
@@ -17,10 +17,10 @@ import pytest
 
 from orchestrator.api import plan_file
 from orchestrator.compile import CompileOptions, compile_plan, stage_partitions
-from orchestrator.memory import plan_memory, schedule
-from orchestrator.model import LoopMode, Partition, Plan, TaskPlan
-from orchestrator.partition import partition, plan_tasks
-from orchestrator.place import place
+from orchestrator.plan.memory import plan_memory, schedule
+from orchestrator.plan.records import LoopMode, Partition, Plan, TaskPlan
+from orchestrator.plan.partition import partition, plan_tasks
+from orchestrator.plan.place import place
 from orchestrator.report import plan_json, plan_text
 
 LOOPED = """\

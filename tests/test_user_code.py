@@ -18,7 +18,7 @@ import pytest
 
 from orchestrator import run_file
 from orchestrator.errors import OpFailedError
-from orchestrator.tasks.usercode import WorkingDirectory
+from orchestrator.runtime.usercode import WorkingDirectory
 
 ROOT = Path(__file__).resolve().parent.parent
 

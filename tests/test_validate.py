@@ -21,7 +21,8 @@ from dask.utils import parse_bytes
 
 from orchestrator.api import Checked, check_file
 from orchestrator.errors import Diagnostic
-from orchestrator.model import OpRef, Spec, ValueInfo
+from orchestrator.ops.values import ValueInfo
+from orchestrator.spec.records import OpRef, Spec
 
 ROOT = Path(__file__).resolve().parent.parent
 ORCHESTRATE = Path(sys.executable).parent / "orchestrate"

@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 import yaml
 
-from orchestrator import load
+from orchestrator.spec import load
 from orchestrator.api import Checked, check_file
-from orchestrator.model import Document
+from orchestrator.spec.records import Document
 
-spec_schema = importlib.import_module("orchestrator.validate.schema")  # the package exports a function schema
+spec_schema = importlib.import_module("orchestrator.spec.validate.schema")  # the package exports a function schema
 LOADERS = [load.SpecLoader, load._loader_class(yaml.SafeLoader)]
 
 

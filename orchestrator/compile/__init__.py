@@ -1,13 +1,13 @@
 """Compile a plan into Dask graphs whose every task carries its device.
 
-Policy. The compiler is a pure stage: from a :class:`~orchestrator.model.Plan`
+Policy. The compiler is a pure stage: from a :class:`~orchestrator.plan.records.Plan`
 it builds ``HighLevelGraph`` layers (no cluster, no ``distributed``), whose
 annotations are key-callables — resources and retries per key — and which
 the runner submits with ``optimize_graph=False``, so Dask's fusion can never
 merge tasks of different devices or drop their annotations (dask#7036).
 
 * **Granularity.** By default each task runs a *device partition*: ops of
-  one device that planning grouped (:mod:`orchestrator.partition`, kept in
+  one device that planning grouped (:mod:`orchestrator.plan.partition`, kept in
   ``plan.partitions`` and ``plan.loop_partitions``) so that nothing waits
   longer than it would alone (inputs enter at a partition's start, values
   leave at its end, no parallelism is lost). The compiler reads them and
@@ -27,11 +27,11 @@ merge tasks of different devices or drop their annotations (dask#7036).
 State. None between calls: every function takes the run's
 :class:`CompileOptions` (token, directories, key naming, granularity,
 whether outputs are copied to the host) and returns frozen records
-(:class:`~orchestrator.model.CompiledGraph`,
-:class:`~orchestrator.model.CompiledWindow`, :class:`LoopState`); the
+(:class:`~orchestrator.compile.records.CompiledGraph`,
+:class:`~orchestrator.compile.records.CompiledWindow`, :class:`LoopState`); the
 driver of a loop hands each window the state the last one left.
 
-Keys are named by :mod:`orchestrator.keys`: by op name (``towers/1/c-<token>``,
+Keys are named by :mod:`orchestrator.compile.dask_keys`: by op name (``towers/1/c-<token>``,
 a partition by its first op and count, ``towers/0/x+2-<token>``, a window
 by its loop and device, ``train@worker/0/GPU:1-<token>-L0w100``) or, for
 graphs of many ops, by op kind.
@@ -41,7 +41,7 @@ from .builder import GraphBuilder
 from .gang import compile_gang_prep, compile_gang_window
 from .loops import LoopState, after_window, compile_fetch, compile_window, loop_start, lookup_value
 from .options import CompileOptions
-from .plan import compile_plan, stage_partitions
+from .graph import compile_plan, stage_partitions
 
 __all__ = ["CompileOptions", "GraphBuilder", "LoopState", "after_window", "compile_fetch",
            "compile_gang_prep", "compile_gang_window", "compile_plan", "compile_window", "loop_start",

@@ -26,11 +26,13 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 from dask.task_spec import Task, TaskRef
 
 from ..devices import ANY, DeviceSpec
-from ..keys import KeyNamer, TaskNames
-from ..model import CompiledGraph, Located, OpRef, Partition, Plan
+from .dask_keys import KeyNamer, TaskNames
+from .records import CompiledGraph, Located
+from ..plan.records import Partition, Plan
+from ..spec.records import OpRef
 from ..ops import lookup
-from ..tasks import OpTask, PartitionTask, move, resources_for, run_op, run_partition, to_host
-from ..tasks import token as control_token
+from ..runtime import OpTask, PartitionTask, move, resources_for, run_op, run_partition, to_host
+from ..runtime import token as control_token
 
 
 def _short(device: DeviceSpec) -> str:

@@ -6,11 +6,11 @@ polyfit example with four tasks a step, whatever their size). TensorFlow
 does not: each device runs its partition of the step function, exchanging
 only the tensors that cross devices. A gang window does the same for
 ``window`` steps at a time: each device of the loop body gets one
-:class:`~orchestrator.tasks.WindowTask` running its body ops for every step
-of the window (``orchestrator.tasks.windows``), and the values read across
+:class:`~orchestrator.runtime.WindowTask` running its body ops for every step
+of the window (``orchestrator.runtime.windows``), and the values read across
 devices go directly from worker to worker.
 
-What must hold for that, and why (planning's ``orchestrator.partition.gang_blocker``
+What must hold for that, and why (planning's ``orchestrator.plan.partition.gang_blocker``
 says which fails, and the plan keeps the answer: ``plan.loop_mode``):
 
 * The window's tasks must all run at once, each waiting only for values the
@@ -34,8 +34,10 @@ from typing import Any
 from dask.task_spec import Task, TaskRef
 
 from ..devices import DeviceSpec
-from ..model import CompiledGraph, CompiledWindow, Located, Loop, OpRef, Plan
-from ..tasks import ARG, LOCAL, RECEIVED, STATE, StateRule, WindowTask, run_window
+from .records import CompiledGraph, CompiledWindow, Located
+from ..plan.records import Plan
+from ..spec.records import Loop, OpRef
+from ..runtime import ARG, LOCAL, RECEIVED, STATE, StateRule, WindowTask, run_window
 from .builder import GraphBuilder
 from .loops import LoopState, lookup_value
 from .options import CompileOptions

@@ -4,7 +4,7 @@ Step s reads the carried state of step s−1 (inside the window, or from the
 previous window by key); outer values reach the loop's devices through
 moves made once and reused by every later window. Three ways to run a
 window, chosen per loop by planning (``plan.loop_mode``, decided in
-``orchestrator.partition``):
+``orchestrator.plan.partition``):
 
 * ``op``: one task per op per step (``--granularity op``).
 * ``partition``: one task per device partition per step; the body's
@@ -19,11 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ..model import CompiledGraph, CompiledWindow, Located, Loop, OpRef, Plan
-from ..partition import published
+from .records import CompiledGraph, CompiledWindow, Located
+from ..plan.records import Plan
+from ..spec.records import Loop, OpRef
+from ..plan.partition import published
 from .builder import GraphBuilder
 from .options import CompileOptions
-from .plan import partition_readers
+from .graph import partition_readers
 
 
 @dataclass(frozen=True)

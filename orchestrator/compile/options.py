@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..keys import TaskNames
-from ..model import GRANULARITIES
+from .dask_keys import TaskNames
+from ..plan.records import GRANULARITIES
 
 
 @dataclass(frozen=True)

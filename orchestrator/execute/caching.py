@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from ..cache import Cache, Keys, compute_keys, default_directory, why_again
-from ..model import Loop, Plan
+from ..plan.records import Plan
+from ..spec.records import Loop
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Each device worker advertises identity resources — ``device:<name>`` (its own
 device), ``task:<job/replica/task>`` (its task) and, on GPUs, ``GPU`` — so
-pinned ops find it by name and survive restarts (DESIGN §5). GPU workers see
+pinned ops find it by name and survive restarts (docs/architecture.md, "The cluster"). GPU workers see
 only their GPU: ``CUDA_VISIBLE_DEVICES`` lists it first, then the others, as
 dask-cuda rotates it. BLAS/OpenMP threads match the device's threads.
 
@@ -23,10 +23,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from ..backends import DeviceConfig, backend_entry
+from ..runtime.backends import DeviceConfig, backend_entry
 from ..devices import GpuId
-from ..model import Cluster, Device
-from ..tasks import worker_resources
+from ..spec.records import Cluster, Device
+from ..runtime import worker_resources
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 

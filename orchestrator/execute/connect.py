@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping
 
-from ..backends import (
+from ..runtime.backends import (
     AUTO,
     backend_entry,
     cuda_device_count,
@@ -16,8 +16,9 @@ from ..backends import (
 )
 from ..devices import DeviceSpec
 from ..errors import NoWorkerError, RunError, UsageError
-from ..model import Plan, RunSettings
-from ..tasks import device_resource, task_resource
+from ..plan.records import Plan
+from .records import RunSettings
+from ..runtime import device_resource, task_resource
 from .cluster import EmbeddedCluster
 from .security import refused, scheduler_address, security_for
 

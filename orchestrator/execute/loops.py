@@ -46,7 +46,9 @@ from ..compile import (
 )
 from ..devices import DeviceSpec
 from ..errors import RunError
-from ..model import CompiledGraph, CompiledWindow, Located, Loop, OpRef, Plan
+from ..compile.records import CompiledGraph, CompiledWindow, Located
+from ..plan.records import Plan
+from ..spec.records import Loop, OpRef
 from ..ops import lookup
 from .caching import CacheUse
 from .outputs import metric_value

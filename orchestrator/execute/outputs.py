@@ -16,7 +16,7 @@ import numpy as np
 from .. import formats
 from ..atomic import atomic_open
 from ..errors import RunError
-from ..model import Spec
+from ..spec.records import Spec
 from ..ops import lookup
 from ..paths import PathUse, clashes
 

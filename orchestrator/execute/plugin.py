@@ -1,6 +1,6 @@
 """The worker plugin that gives every device worker its runtime (backend, records, mailbox).
 
-It also hands ``tasks`` what it may not import itself: the worker lookup
+It also hands ``runtime`` what it may not import itself: the worker lookup
 (``distributed.get_worker``) and the courier that sends a loop window's
 values to another device's worker over Dask's comms (TCP or TLS, as the
 cluster is configured), addressed by the device's name.
@@ -16,17 +16,17 @@ from typing import Any, Mapping, Sequence
 from distributed import WorkerPlugin, get_worker
 from distributed.protocol.serialize import to_serialize
 
-from .. import tasks
-from ..backends import DeviceConfig
+from .. import runtime
+from ..runtime.backends import DeviceConfig
 from ..errors import RunError
-from ..tasks import Sent
+from ..runtime import Sent
 
 EXCHANGE_HANDLER = "orchestrator_exchange"
 OUTBOX_ATTRIBUTE = "orchestrator_outbox"
 
 
 class DeviceRuntimePlugin(WorkerPlugin):
-    """Gives each worker the backend of its device (by worker name), and ``tasks`` its worker lookup."""
+    """Gives each worker the backend of its device (by worker name), and ``runtime`` its worker lookup."""
 
     name = "orchestrator-device-runtime"
     idempotent = False
@@ -40,15 +40,15 @@ class DeviceRuntimePlugin(WorkerPlugin):
         return f"orchestrator-runtime-{digest}"
 
     def setup(self, worker: Any) -> None:
-        tasks.bind(get_worker)
-        tasks.bind_courier(send)
+        runtime.bind(get_worker)
+        runtime.bind_courier(send)
         config = self.configs.get(str(worker.name))
         if config is None:
             return  # not a device of this cluster (another spec's, on a shared scheduler): leave it be
-        existing = getattr(worker, tasks.RUNTIME_ATTRIBUTE, None)
+        existing = getattr(worker, runtime.RUNTIME_ATTRIBUTE, None)
         if existing is None or existing.config != config:  # else keep its accounting across runs (--keep-alive)
-            setattr(worker, tasks.RUNTIME_ATTRIBUTE, tasks.Runtime.for_device(config))
-        runtime = getattr(worker, tasks.RUNTIME_ATTRIBUTE)
+            setattr(worker, runtime.RUNTIME_ATTRIBUTE, runtime.Runtime.for_device(config))
+        device_runtime = getattr(worker, runtime.RUNTIME_ATTRIBUTE)
 
         async def receive(comm: Any) -> None:
             """A stream of values from another device's window partitions, until it closes."""
@@ -57,7 +57,7 @@ class DeviceRuntimePlugin(WorkerPlugin):
                     message = await comm.read()
                 except Exception:  # the sender closed the stream (it stopped, or its worker did)
                     return
-                runtime.mailbox.put(message["items"])
+                device_runtime.mailbox.put(message["items"])
 
         worker.handlers[EXCHANGE_HANDLER] = receive
 
@@ -69,7 +69,7 @@ class DeviceRuntimePlugin(WorkerPlugin):
             outbox.close()
 
 
-def send(worker: Any, device: str, run: str, items: Sequence[tuple[tasks.Tag, Any]]) -> Sent:
+def send(worker: Any, device: str, run: str, items: Sequence[tuple[runtime.Tag, Any]]) -> Sent:
     """Send values to the worker standing for ``device`` (from a task's thread); done once written."""
     outbox: _Outbox | None = worker.__dict__.get(OUTBOX_ATTRIBUTE)
     if outbox is None:

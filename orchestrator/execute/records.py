@@ -1,74 +1,199 @@
-"""The run report, built from what the workers recorded, and the check that the plan was kept.
+"""The records of a run: how to run, and what happened.
 
-Every op records, from inside the worker that ran it, where it ran, when,
-for how long and how many bytes it made (``tasks.Runtime.record``); the
-runner drains those records once per run. Here they become the run
-report's :class:`~orchestrator.model.OpRecord` per op, and each op's
-worker is compared with its planned device: any difference fails the run
-(an op whose record died with a restarted worker is reported as
-unverified instead).
+:class:`RunSettings` say how to run (flags and API arguments; the spec gives defaults);
+:class:`RunReport` says what happened, per op and per device, with totals and timings;
+:class:`RunResult` carries the values and the files written.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, Mapping, Sequence
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-from ..devices import DeviceSpec
-from ..errors import OrchestratorError, PlacementMismatch
-from ..model import DeviceRecord, OpRecord, Plan
-
-
-def op_records(plan: Plan, events: Sequence[Mapping[str, Any]]) -> tuple[tuple[OpRecord, ...], int]:
-    """One record per op of the plan (in plan order), and the bytes loop windows sent worker to worker."""
-    ran: dict[str, Mapping[str, Any]] = {}
-    failures: dict[str, int] = {}
-    moved = 0
-    for e in events:
-        if e.get("kind") == "op":
-            ran[e["op"]] = e
-        elif e.get("kind") == "failed":
-            failures[e["op"]] = failures.get(e["op"], 0) + int(e.get("count", 1))
-        elif e.get("kind") == "exchange":
-            moved += int(e.get("bytes", 0)) * int(e.get("count", 1))
-    records = []
-    for p in plan.placements:
-        e = ran.get(p.op, {})
-        records.append(OpRecord(p.op, p.kind, p.device_name, e.get("ran_on"), e.get("start"), e.get("duration"),
-                                e.get("bytes"), failures.get(p.op, 0), e.get("count"), p.why()))
-    return tuple(records), moved
+from ..errors import UsageError
+from ..plan.records import Plan
+from ..spec.records import Param
 
 
-def device_records(plan: Plan, stats: Mapping[str, Mapping[str, Any]]) -> tuple[DeviceRecord, ...]:
-    out = []
-    for m in plan.memory:
-        seen = next((s for s in stats.values() if s.get("ran_on") == m.device), {})
-        out.append(DeviceRecord(m.device, len(m.ops), m.peak, m.limit, seen.get("peak"), seen.get("backend")))
-    return tuple(out)
+@dataclass(frozen=True)
+class RunSettings:
+    """How to run (command-line flags and API arguments; the spec gives defaults)."""
+
+    scheduler: str | None = None  # None: the spec's cluster.scheduler ("local" by default)
+    keep_alive: bool = False
+    output_dir: str | None = None
+    report_path: str | None = None
+    performance_report: str | None = None
+    progress: bool | None = None  # None: only on a terminal
+    gpu_backend: str | None = None
+    write_outputs: bool = True
+    wait_for_workers: float = 30.0
+    # TLS files (override the spec's cluster.tls field by field; relative to the current directory)
+    tls_ca_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    on_loop_progress: Callable[[str, int, int], None] | None = None  # (loop, steps done, steps) per window
+    task_names: str = "auto"  # how Dask keys are named: auto, op or kind (see orchestrator.compile.dask_keys)
+    granularity: str = "partition"  # a Dask task per device partition (loops: per window), or "op": per op
+    use_cache: bool = True  # False: neither read nor write the cache (--no-cache)
+    cache_dir: str | None = None  # None: .orchestrate/cache beside the spec
+    resume: bool = False  # reuse every entry there is, and write every value (a run killed midway resumes)
+    cache_files: str = "stat"  # a loaded file's part of a key: "stat" (size, modification time) or "hash"
+    sync: bool = False  # every op in this process, in plan order, with no cluster (--sync; docs/running.md)
+
+    def __post_init__(self) -> None:
+        if not self.sync:
+            return
+        # each names a cluster (or what only a cluster makes): refused, not silently ignored
+        conflicts = [(self.scheduler is not None, "--scheduler (scheduler=)"),
+                     (self.keep_alive, "--keep-alive (keep_alive=)"),
+                     (self.performance_report is not None, "--performance-report (performance_report=)"),
+                     (self.gpu_backend == "cupy", "--gpu-backend cupy (gpu_backend=)")]
+        for conflict, flag in conflicts:
+            if conflict:
+                raise UsageError(f"--sync runs every op in this process, with no cluster (and GPUs simulated): "
+                                 f"{flag} cannot be used with it")
 
 
-def verify(records: Sequence[OpRecord], not_run: Mapping[str, str],
-           restarted: set[str]) -> tuple[tuple[OpRecord, ...], tuple[str, ...]]:
-    """Records with their notes, and the ops that cannot be verified; raises when an op ran elsewhere."""
-    wrong, unverified, checked = [], [], []
-    for record in records:
-        if record.name in not_run:
-            record = replace(record, note=not_run[record.name])
-        elif record.worker is None and record.planned_device in restarted:
-            unverified.append(record.name)  # its record died with the worker that ran it
-        elif record.worker is None:
-            wrong.append(f"{record.name}: no record of where it ran (planned {record.planned_device})")
-        elif record.worker != record.planned_device and \
-                not DeviceSpec.parse(record.planned_device).matches(_spec_or_empty(record.worker)):
-            wrong.append(f"{record.name}: ran on {record.worker}, planned {record.planned_device}")
-        checked.append(record)
-    if wrong:
-        raise PlacementMismatch("ops did not run where planned:\n  " + "\n  ".join(wrong))
-    return tuple(checked), tuple(unverified)
+@dataclass(frozen=True)
+class OpRecord:
+    """One op of a run report: where it was planned, where it ran, when and what it made."""
+
+    name: str
+    op: str
+    planned_device: str
+    worker: str | None
+    start: float | None
+    duration: float | None
+    output_bytes: int | None
+    retries: int
+    runs: int | None
+    why: str
+    note: str = ""  # why it has no worker record (a loop's state, resolved by the driver; reused from the cache)
+    cache: str = ""  # with its cache on: reused (which entry), or why it ran again
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "op": self.op, "planned_device": self.planned_device,
+                               "worker": self.worker, "start": self.start, "duration": self.duration,
+                               "output_bytes": self.output_bytes, "retries": self.retries, "runs": self.runs,
+                               "why": self.why}
+        if self.note:
+            out["note"] = self.note
+        if self.cache:
+            out["cache"] = self.cache
+        return out
 
 
-def _spec_or_empty(text: str) -> DeviceSpec:
-    try:
-        return DeviceSpec.parse(text)
-    except OrchestratorError:
-        return DeviceSpec()
+@dataclass(frozen=True)
+class DeviceRecord:
+    """One device of a run report: planned peak memory against the peak its backend saw."""
+
+    device: str
+    ops: int
+    planned_peak_bytes: int
+    limit_bytes: int | None
+    peak_bytes_seen: int | None
+    backend: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "ops": self.ops, "planned_peak_bytes": self.planned_peak_bytes,
+                "limit_bytes": self.limit_bytes, "peak_bytes_seen": self.peak_bytes_seen, "backend": self.backend}
+
+
+@dataclass(frozen=True)
+class TransferRecord:
+    """One value Dask moved between workers during a run (from the receiving worker's transfer log)."""
+
+    value: str  # the op whose value (or control token) it was
+    source: str  # the device that sent it
+    target: str  # the device that received it
+    nbytes: int
+    start: float
+    stop: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "from": self.source, "to": self.target, "bytes": self.nbytes,
+                "start": self.start, "stop": self.stop}
+
+
+@dataclass(frozen=True)
+class RunTotals:
+    ops: int
+    tasks: int  # Dask tasks submitted
+    moves: int  # planned transfers: values sent to another device
+    bytes_moved: int  # bytes moved between workers for this run: Dask's transfer logs, plus loop windows' sends
+    transfers_seen: int
+    bytes_exchanged: int = 0  # of which sent worker to worker by loop windows (not through Dask's transfers)
+
+    def as_dict(self) -> dict[str, int]:
+        return {"ops": self.ops, "tasks": self.tasks, "bytes_moved": self.bytes_moved, "moves": self.moves,
+                "transfers_seen": self.transfers_seen, "bytes_exchanged": self.bytes_exchanged}
+
+
+RUN_REPORT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """The run report (``run --report``): per op and per device, totals and timings."""
+
+    name: str
+    file: str
+    run: str  # the run token in every Dask key of the run
+    backend: str
+    task_names: tuple[str, str]  # (naming, why)
+    elapsed_seconds: float
+    ops: tuple[OpRecord, ...]
+    devices: tuple[DeviceRecord, ...]
+    totals: RunTotals
+    restarted_devices: tuple[str, ...] = ()
+    unverified: tuple[str, ...] = ()  # ops whose record died with a restarted worker
+    phases_seconds: Mapping[str, float] = field(default_factory=dict)
+    granularity: str = "partition"
+    loops: Mapping[str, str] = field(default_factory=dict)  # loop -> how its windows ran, and why
+    transfers: tuple[TransferRecord, ...] = ()
+    params: tuple[Param, ...] = ()
+    # before elapsed_seconds: starting the embedded cluster (or connecting) until every device's worker is ready
+    startup_seconds: float = 0.0
+    mode: str = "cluster"  # "sync": every op ran in the client's process (run --sync), no cluster
+
+    @property
+    def placement(self) -> dict[str, dict[str, int]]:
+        """Ops and output bytes per device the ops ran on."""
+        out: dict[str, dict[str, int]] = {}
+        for record in self.ops:
+            slot = out.setdefault(record.worker or record.planned_device, {"ops": 0, "bytes": 0})
+            slot["ops"] += 1
+            slot["bytes"] += int(record.output_bytes or 0)
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"format": RUN_REPORT_FORMAT, "name": self.name, "file": self.file, "run": self.run,
+                "backend": self.backend, "task_names": {"naming": self.task_names[0], "why": self.task_names[1]},
+                "mode": self.mode, "elapsed_seconds": self.elapsed_seconds, "startup_seconds": self.startup_seconds,
+                "ops": [r.as_dict() for r in self.ops],
+                "devices": [d.as_dict() for d in self.devices], "placement": self.placement,
+                "totals": self.totals.as_dict(), "restarted_devices": list(self.restarted_devices),
+                "unverified": list(self.unverified), "phases_seconds": dict(self.phases_seconds),
+                "granularity": self.granularity, "loops": dict(self.loops),
+                "transfers": [t.as_dict() for t in self.transfers],
+                "params": [p.as_dict() for p in self.params]}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run gives back: the output values, the run report, and the files written."""
+
+    name: str
+    values: Mapping[str, Any]
+    records: RunReport
+    plan: Plan = field(repr=False)
+    backend: str = "simulated"
+    dashboard_link: str | None = None
+    written: tuple[str, ...] = ()
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """The run report as the JSON ``run --report`` writes."""
+        return self.records.as_dict()

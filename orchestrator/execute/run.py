@@ -31,29 +31,23 @@ from dataclasses import replace
 from typing import Any
 
 from ..atomic import write_text
-from ..backends import backend_entry
+from ..runtime.backends import backend_entry
 from ..compile import CompileOptions, compile_plan
 from ..devices import DeviceSpec
 from ..errors import NoWorkerError, OrchestratorError, RunError
-from ..keys import choose_task_names
-from ..model import (
-    CompiledGraph,
-    Plan,
-    RunReport,
-    RunResult,
-    RunSettings,
-    RunTotals,
-    TransferRecord,
-)
+from ..compile.dask_keys import choose_task_names
+from ..compile.records import CompiledGraph
+from ..plan.records import Plan
+from .records import RunReport, RunResult, RunSettings, RunTotals, TransferRecord
 from ..paths import PathUse
 from ..perf import paused_gc
-from ..tasks import LOG_TOPIC, commit_saves, discard_saves, drain_records
+from ..runtime import LOG_TOPIC, commit_saves, discard_saves, drain_records
 from .caching import CacheUse, default_directory
 from .cluster import dask_settings, device_configs, scheduler_config
 from .connect import choose_backend, connect, cuda_counter, wait_for_devices
 from .loops import StagedRun
 from .outputs import refuse_overwrites, write_outputs
-from .records import device_records, op_records, verify
+from .accounting import device_records, op_records, verify
 from .watch import SchedulerWatch
 
 Echo = Callable[[str], None]
@@ -259,7 +253,7 @@ class Runner:
 
     def abort(self, error: Exception) -> None:
         """Wake every task of this run waiting for a value another device will now never send."""
-        from ..tasks import abort_run
+        from ..runtime import abort_run
 
         try:
             self.client.run(abort_run, run=self.token, why=f"the run failed: {str(error).splitlines()[0]}")

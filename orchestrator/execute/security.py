@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RunError, UsageError
-from ..model import Tls
-from ..validate import scheduler_problem
+from ..spec.records import Tls
+from ..spec.validate import scheduler_problem
 
 FLAGS = {"ca_file": "--tls-ca-file", "cert": "--tls-cert", "key": "--tls-key"}
 

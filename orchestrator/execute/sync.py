@@ -17,11 +17,11 @@ handed to ``get_sync``, for three things ``get_sync`` does not do:
   held), which need not be the order ``orchestrate plan`` shows and the
   memory planner assumes. Here tasks run in the order the compiler added
   them — the plan's order, step after step — each after its dependencies.
-* **Devices.** A task runs in the :class:`~orchestrator.tasks.Runtime` of
+* **Devices.** A task runs in the :class:`~orchestrator.runtime.Runtime` of
   the device it is pinned to (its identity resource; on ``GPU:*``, a GPU of
   its task holding one of its inputs, else the next in turn, as Dask prefers
   data locality). ``tasks`` finds that runtime through the worker lookup
-  (:func:`~orchestrator.tasks.bind`), bound here for the run to an
+  (:func:`~orchestrator.runtime.bind`), bound here for the run to an
   :class:`InProcessDevice` standing for the device's worker: the same
   backend, memory accounting, records and placement log as on a worker.
   GPUs are always simulated: every device shares this process, and CuPy
@@ -72,8 +72,11 @@ import numpy as np
 from ..atomic import write_text
 from ..devices import ANY, DeviceSpec
 from ..errors import OrchestratorError, RunError
-from ..model import CompiledGraph, Loop, Plan, RunResult, RunSettings
-from ..tasks import (RUNTIME_ATTRIBUTE, Runtime, bind, commit_saves, device_resource, discard_saves, drain_records,
+from ..compile.records import CompiledGraph
+from ..plan.records import Plan
+from .records import RunResult, RunSettings
+from ..spec.records import Loop
+from ..runtime import (RUNTIME_ATTRIBUTE, Runtime, bind, commit_saves, device_resource, discard_saves, drain_records,
                      task_resource)
 from .cluster import device_configs
 from .loops import StagedRun

@@ -36,8 +36,8 @@ from typing import Any, Callable, Sequence
 
 from ..devices import GpuId, gpu_id_problem, gpu_mix_problem
 from ..errors import UsageError
-from ..model import Cluster, Device
-from ..tasks import worker_resources
+from ..spec.records import Cluster, Device
+from ..runtime import worker_resources
 from .cluster import worker_env, worker_options
 from .security import refused
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..model import ValueInfo
+from .values import ValueInfo
 from .base import COMMON_KEYS, CPU_GPU, CPU_ONLY, KernelContext, KernelError, OpDef, Params
 from .catalog import CATALOG
 from .inference import ShapeError, literal_problem, split_sizes

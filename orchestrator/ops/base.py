@@ -7,7 +7,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..model import ValueInfo
+from .values import ValueInfo
 
 Params = Mapping[str, Any]
 
@@ -27,7 +27,7 @@ COMMON_KEYS = frozenset({"name", "op", "inputs", "device", "after", "tags", "ret
 
 
 class KernelContext(Protocol):
-    """What a kernel may ask of the worker running it (``orchestrator.tasks`` provides it)."""
+    """What a kernel may ask of the worker running it (``orchestrator.runtime`` provides it)."""
 
     xp: Any  # numpy, or cupy on a CUDA GPU
     name: str  # the op's name (copies of constructs: towers/1/x)

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..model import ValueInfo
+from .values import ValueInfo
 
 Params = Mapping[str, Any]
 

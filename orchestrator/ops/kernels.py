@@ -5,7 +5,7 @@ device: the same seed gives the same numbers on CPU, simulated GPU and CuPy.
 Each copy a construct makes (``towers/1/x``) and each loop step draws its own
 stream. File ops read and write through :mod:`orchestrator.formats`; ``call``
 runs a user function the worker imports from the spec's directory, with that
-directory as the working directory while it runs (``orchestrator.tasks.usercode``
+directory as the working directory while it runs (``orchestrator.runtime.usercode``
 says how, with threads), and explains a function that cannot take what it passes.
 """
 

@@ -1,0 +1,398 @@
+"""The cache: values of ops, and of whole loops, kept on disk, keyed by what made them — never by where.
+
+Policy. A value's key is a hash of everything that decides it: the op's kind
+and parameters, the source of its ``fn`` module (``call``), the file it reads
+(``load``: its size and modification time, or its bytes with
+``files="hash"``), its copy's random stream and loop step, and the keys of its
+inputs — so a change anywhere upstream changes every key downstream, and a
+value computed on GPU:0 serves GPU:1. A loop is one unit: its key covers its
+body, its steps and what it reads; its entry holds its final states and its
+metric series. What cannot be keyed is not cached, and says why: a random op
+without a ``seed``, a ``call`` whose module file cannot be found without
+importing it.
+
+Entries. One file per key under ``entries/``: a NumPy ``.npz`` (no pickle)
+holding the values and a header (the key, what made it, a SHA-256 of the
+values' bytes). Written atomically; read back only if the header's key is the
+file's and the checksum holds — a corrupted or foreign entry is ignored with a
+warning and never loaded. ``index/<spec>.json`` keeps, per op, the parts of
+its last key, so that a value computed again can say why: which parameter,
+input, ``fn`` source or file changed, or that there was no entry.
+
+State. A :class:`Cache` is a directory; this module keeps nothing in memory
+between calls. Keys are computed on the client from the plan and files alone:
+no user code is imported, nothing runs on the cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..atomic import write_bytes, write_text
+from ..errors import OrchestratorError, UsageError
+from ..plan.records import Plan
+from ..spec.records import Loop, OpRef
+from ..ops import lookup
+
+FORMAT = 1
+
+
+def default_directory(spec_dir: str) -> str:
+    """A spec's cache directory when none is given: ``.orchestrate/cache`` beside it."""
+    return os.path.join(spec_dir, ".orchestrate", "cache")
+
+
+def directory_problem(directory: str, write: bool) -> str | None:
+    """Why ``directory`` cannot hold a cache, or None. One that does not exist yet is fine if it can be made.
+
+    Permission bits do not settle writing (root passes every check, a read-only mount fails none), so a
+    write is also tried: a temporary file in the nearest folder that exists, gone as soon as it is closed.
+    """
+    existing = directory
+    while not os.path.lexists(existing):
+        parent = os.path.dirname(existing) or "."
+        if parent == existing:
+            break
+        existing = parent
+    if not os.path.isdir(existing):
+        if existing == directory:
+            return f"cache directory '{directory}' is a file, not a directory"
+        return f"cache directory '{directory}' is inside '{existing}', which is a file, not a directory"
+    if not write:
+        return None
+    try:
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise PermissionError(13, "permission denied")
+        with tempfile.TemporaryFile(dir=existing, prefix=".orchestrate-probe-"):
+            pass
+    except OSError as exc:
+        where = "" if existing == directory else f" (in '{existing}')"
+        return f"cache directory '{directory}' cannot be written{where}: {exc.strerror or exc}"
+    return None
+
+
+class CacheSettings(Protocol):
+    """The run settings the cache reads (``RunSettings`` has them; the cache sits below the run)."""
+
+    @property
+    def use_cache(self) -> bool: ...
+    @property
+    def cache_dir(self) -> str | None: ...
+    @property
+    def resume(self) -> bool: ...
+
+
+def check_settings(plan: Plan, settings: CacheSettings) -> None:
+    """Before a run starts: cache options that cannot work are refused, not found out midway.
+
+    The directory is checked only when the run would use it (an op's ``cache:``, ``--resume``) or it was
+    named: a spec that caches nothing runs from a read-only folder.
+    """
+    if settings.resume and not settings.use_cache:
+        raise UsageError("--resume reads and writes the cache, and --no-cache turns it off: give one of them")
+    if settings.cache_dir is not None and not settings.cache_dir.strip():
+        raise UsageError("--cache-dir is empty: give a directory, or leave the option out for .orchestrate/cache "
+                         "beside the spec")
+    spec = plan.spec
+    wanted = settings.resume or any(spec.caches(name) for name in (*(o.name for o in spec.ops),
+                                                                   *(lp.name for lp in spec.loops)))
+    if not settings.use_cache or not (wanted or settings.cache_dir is not None):
+        return
+    directory = settings.cache_dir or default_directory(os.path.abspath(spec.document.directory))
+    problem = directory_problem(directory, write=True)
+    if problem is not None:
+        raise OrchestratorError(f"{problem} (give --cache-dir a directory this run can write, or --no-cache)")
+
+
+# Keys that say where or how an op runs, not what it computes: never part of a key.
+_NOT_CONTENT = frozenset({"device", "retries", "timeout", "tags", "description", "after", "cache", "kernels"})
+
+
+@dataclass(frozen=True)
+class Key:
+    """An op's (or a loop's) cache key and the parts it was made of (to say what changed)."""
+
+    key: str
+    parts: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The keys of a plan: per op and per loop; what could not be keyed, and why."""
+
+    ops: Mapping[str, Key]
+    loops: Mapping[str, Key]
+    unkeyed: Mapping[str, str] = field(default_factory=dict)  # op or loop -> why it cannot be cached
+
+
+def _hash(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+def _file_digest(path: str, files: str) -> str | None:
+    try:
+        if files == "hash":
+            digest = hashlib.sha256()
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+            return "sha256:" + digest.hexdigest()
+        stat = os.stat(path)
+        return f"stat:{stat.st_size}:{stat.st_mtime_ns}"
+    except OSError:
+        return None
+
+
+def module_file(module: str, base_dir: str) -> str | None:
+    """Where ``package.module`` lives, found like an import would but without importing anything."""
+    relative = module.replace(".", os.sep)
+    for directory in [base_dir, *sys.path]:
+        for candidate in (os.path.join(directory, relative + ".py"),
+                          os.path.join(directory, relative, "__init__.py")):
+            if os.path.isfile(candidate):
+                return candidate
+    return None
+
+
+def compute_keys(plan: Plan, base_dir: str, files: str = "stat") -> Keys:
+    """Keys of every op outside loops and of every loop, in the plan's order (inputs before readers)."""
+    spec = plan.spec
+    outermost = [lp for lp in spec.loops if not any(lp.name.startswith(o.name + "/") for o in spec.loops)]
+    loop_of = {name: loop for loop in outermost for name in loop.body}
+    export_of = {o.name: loop for loop in outermost for o in spec.ops if o.name.startswith(loop.name + ".")}
+    ops: dict[str, Key] = {}
+    loops: dict[str, Key] = {}
+    unkeyed: dict[str, str] = {}
+    for p in plan.placements:  # topological: a loop's outer inputs come before its body, its exports after
+        loop = loop_of.get(p.op) or export_of.get(p.op)
+        if loop is not None:
+            if loop.name not in loops and loop.name not in unkeyed:
+                key = _loop_key(plan, loop, ops, base_dir, files, unkeyed)
+                if key is not None:
+                    loops[loop.name] = key
+            if p.op in export_of and loop.name in loops:
+                ops[p.op] = Key(_hash([loops[loop.name].key, p.op]), {"loop": loops[loop.name].key})
+            elif p.op in export_of:
+                unkeyed[p.op] = f"loop '{loop.name}' cannot be cached: {unkeyed[loop.name]}"
+            continue
+        key = _op_key(plan, p.op, ops, base_dir, files, unkeyed, step=None)
+        if key is not None:
+            ops[p.op] = key
+    return Keys(ops, loops, unkeyed)
+
+
+def _op_key(plan: Plan, name: str, known: Mapping[str, Key], base_dir: str, files: str,
+            unkeyed: dict[str, str], step: int | None) -> Key | None:
+    spec = plan.spec
+    op = spec.op(name)
+    inputs: list[str] = []
+    for ref in op.inputs:
+        source = known.get(ref.op)
+        if source is None:
+            unkeyed[name] = f"its input '{ref}' cannot be cached" if ref.op not in unkeyed else unkeyed[ref.op]
+            return None
+        inputs.append(_hash([source.key, ref.output]))
+    params = {k: v for k, v in op.params.items() if k not in _NOT_CONTENT}
+    parts: dict[str, str] = {"kind": op.kind, "outputs": str(op.outputs)}
+    parts.update({f"param:{k}": _hash(v) for k, v in params.items()})
+    parts.update({f"input:{ref}": source for ref, source in zip(op.inputs, inputs)})
+    definition = lookup(op.kind)
+    if definition is not None and definition.user_code:
+        module = str(op.params.get("fn", "")).partition(":")[0]
+        path = module_file(module, base_dir)
+        digest = _file_digest(path, "hash") if path else None
+        if digest is None:
+            unkeyed[name] = f"the source of module '{module}' was not found without importing it"
+            return None
+        parts["fn"] = digest
+    for param in definition.reads if definition else ():
+        if param in op.params:
+            digest = _file_digest(os.path.join(base_dir, str(op.params[param])), files)
+            if digest is None:
+                unkeyed[name] = f"the file '{op.params[param]}' cannot be read"
+                return None
+            parts[f"file:{param}"] = digest
+    if op.kind.startswith("random."):
+        if "seed" not in op.params:
+            unkeyed[name] = "a random op is cached only with a fixed seed"
+            return None
+        parts["stream"] = _hash([int(part) for part in name.split("/") if part.isdigit()])
+        if step is not None:
+            parts["step"] = str(step)
+    return Key(_hash(parts), parts)
+
+
+def _loop_key(plan: Plan, loop: Loop, known: Mapping[str, Key], base_dir: str, files: str,
+              unkeyed: dict[str, str]) -> Key | None:
+    """A loop as one unit: its body (as written, names relative to it), steps, states and outer inputs."""
+    spec = plan.spec
+    body = set(loop.body)  # with any loop inside it: the outermost loop is the unit
+    parts: dict[str, str] = {"steps": str(loop.steps)}
+    for var in loop.state:
+        source = known.get(var.init.op)
+        if source is None:
+            unkeyed[loop.name] = f"the initial value '{var.init}' of state '{var.name}' cannot be cached"
+            return None
+        parts[f"state:{var.name}"] = _hash([source.key, var.init.output, str(var.update)])
+    parts["metrics"] = _hash([[n, str(r)] for n, r in loop.metrics])
+    for name in loop.body:
+        op = spec.op(name)
+        local = name[len(loop.name) + 1:]
+        params = {k: v for k, v in op.params.items() if k not in _NOT_CONTENT}
+        row: list[Any] = [op.kind, params, op.outputs]
+        for ref in op.inputs:
+            if ref.op in body:
+                row.append(["local", ref.op[len(loop.name) + 1:], ref.output])
+            elif ref.op in known:
+                row.append(["outer", known[ref.op].key, ref.output])
+            else:
+                unkeyed[loop.name] = f"op '{name}' reads '{ref}', which cannot be cached"
+                return None
+        definition = lookup(op.kind)
+        if definition is not None and definition.user_code:
+            module = str(op.params.get("fn", "")).partition(":")[0]
+            path = module_file(module, base_dir)
+            digest = _file_digest(path, "hash") if path else None
+            if digest is None:
+                unkeyed[loop.name] = f"the source of module '{module}' (op '{name}') was not found without importing it"
+                return None
+            row.append(digest)
+        for param in definition.reads if definition else ():
+            digest = _file_digest(os.path.join(base_dir, str(op.params.get(param, ""))), files)
+            if digest is None:
+                unkeyed[loop.name] = f"op '{name}' reads a file that cannot be read"
+                return None
+            row.append(digest)
+        if op.kind.startswith("random.") and "seed" not in op.params:
+            unkeyed[loop.name] = f"op '{name}' is a random op without a fixed seed"
+            return None
+        parts[f"op:{local}"] = _hash(row)
+    return Key(_hash(parts), parts)
+
+
+def why_again(previous: Mapping[str, str] | None, current: Mapping[str, str], had_entry: bool) -> str:
+    """Why a value is computed again: what changed since the last key recorded for it, or no entry."""
+    if previous is None:
+        return "no entry (never computed with the cache on)"
+    changed = [name for name in sorted(set(previous) | set(current)) if previous.get(name) != current.get(name)]
+    if not changed:
+        return "no entry (it was cleared, or never finished)" if not had_entry else "its entry could not be used"
+    words = []
+    for name in changed:
+        kind, _, what = name.partition(":")
+        words.append({"param": f"parameter '{what}' changed", "input": f"input '{what}' changed",
+                      "file": f"file of '{what}' changed", "fn": "fn source changed", "op": f"body op '{what}' changed",
+                      "state": f"state '{what}' changed", "steps": "steps changed", "kind": "op type changed",
+                      "stream": "random stream changed", "step": "loop step changed",
+                      "outputs": "outputs changed", "metrics": "metrics changed"}.get(kind, f"{name} changed"))
+    return "; ".join(words)
+
+
+class Cache:
+    """A cache directory: ``entries/<key>.npz`` and ``index/<spec name>.json``."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.warnings: list[str] = []
+
+    def _entry(self, key: str) -> str:
+        return os.path.join(self.directory, "entries", key[:2], f"{key}.npz")
+
+    def has(self, key: str) -> bool:
+        return os.path.isfile(self._entry(key))
+
+    def load(self, key: str, what: str) -> tuple[np.ndarray, ...] | None:
+        """The values stored under ``key``, or None (a missing, corrupted or foreign entry: warned, not loaded)."""
+        path = self._entry(key)
+        if not os.path.isfile(path):
+            return None
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                header = json.loads(str(archive["header"]))
+                count = int(header["values"])
+                values = tuple(np.array(archive[f"v{i}"]) for i in range(count))
+        except Exception as exc:  # any unreadable file: it is not loaded, whatever went wrong
+            self.warnings.append(f"cache entry for {what} is unreadable and was ignored ({type(exc).__name__}: "
+                                 f"{exc}): {path}")
+            return None
+        if header.get("format") != FORMAT or header.get("key") != key:
+            self.warnings.append(f"cache entry for {what} belongs to another key or format and was ignored: {path}")
+            return None
+        if header.get("sha256") != _checksum(values):
+            self.warnings.append(f"cache entry for {what} does not match its checksum (corrupted) and was "
+                                 f"ignored: {path}")
+            return None
+        return values
+
+    def store(self, key: str, what: str, values: Sequence[Any]) -> None:
+        arrays = tuple(np.asarray(v) for v in values)
+        header = {"format": FORMAT, "key": key, "what": what, "values": len(arrays), "sha256": _checksum(arrays),
+                  "created": time.time(), "bytes": int(sum(a.nbytes for a in arrays))}
+        buffer = io.BytesIO()
+        contents: dict[str, Any] = {"header": np.array(json.dumps(header))}
+        contents.update({f"v{i}": a for i, a in enumerate(arrays)})
+        np.savez(buffer, **contents)
+        path = self._entry(key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_bytes(path, buffer.getvalue())
+
+    def previous(self, spec_name: str) -> dict[str, dict[str, str]]:
+        """The parts of the last key recorded for each op of this spec (by name)."""
+        try:
+            with open(os.path.join(self.directory, "index", f"{spec_name}.json"), encoding="utf-8") as handle:
+                data = json.load(handle)
+            return {str(k): {str(a): str(b) for a, b in v.items()} for k, v in data.items()}
+        except (OSError, ValueError, AttributeError):
+            return {}
+
+    def remember(self, spec_name: str, parts: Mapping[str, Mapping[str, str]]) -> None:
+        index = self.previous(spec_name)
+        index.update({k: dict(v) for k, v in parts.items()})
+        os.makedirs(os.path.join(self.directory, "index"), exist_ok=True)
+        write_text(os.path.join(self.directory, "index", f"{spec_name}.json"), json.dumps(index, indent=1))
+
+    def entries(self) -> Iterator[dict[str, Any]]:
+        """Every entry's header (what made it, its size and age); unreadable ones say so."""
+        root = os.path.join(self.directory, "entries")
+        for folder, _, names in sorted(os.walk(root)):
+            for name in sorted(names):
+                path = os.path.join(folder, name)
+                try:
+                    with np.load(path, allow_pickle=False) as archive:
+                        header = json.loads(str(archive["header"]))
+                except Exception as exc:
+                    header = {"key": name.removesuffix(".npz"), "what": f"unreadable ({type(exc).__name__})"}
+                yield {**header, "path": path, "file_bytes": os.path.getsize(path)}
+
+    def clear(self) -> int:
+        """Remove every entry; the number removed. The index stays: the next run can say what was cleared."""
+        removed = 0
+        for entry in list(self.entries()):
+            os.unlink(entry["path"])
+            removed += 1
+        return removed
+
+
+def _checksum(values: Sequence[np.ndarray]) -> str:
+    digest = hashlib.sha256()
+    for value in values:
+        digest.update(f"{value.dtype.str}{value.shape}".encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
+    return digest.hexdigest()
+
+
+def ref_of(plan: Plan, name: str) -> list[OpRef]:
+    """The refs that make up an op's value (one per output)."""
+    outputs = plan.spec.op(name).outputs
+    return [OpRef(name)] if outputs == 1 else [OpRef(name, i) for i in range(outputs)]

@@ -1,0 +1,36 @@
+"""What an op's output is known to be before it runs: shape and dtype (shape inference).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    """Inferred shape and dtype of one output; ``None`` where unknown."""
+
+    shape: tuple[int, ...] | None
+    dtype: str | None
+
+    @property
+    def nbytes(self) -> int | None:
+        if self.shape is None or self.dtype is None:
+            return None
+        n = 1
+        for dim in self.shape:
+            n *= dim
+        return n * _itemsize(self.dtype)
+
+    def describe(self) -> str:
+        shape = "?" if self.shape is None else list(self.shape)
+        return f"{shape} {self.dtype or '?'}"
+
+
+_ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2,
+             "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8,
+             "complex64": 8, "complex128": 16}
+
+
+def _itemsize(dtype: str) -> int:
+    return _ITEMSIZE[dtype]

@@ -1,0 +1,241 @@
+"""Planning the tasks: device partitions, and how each loop runs. Decided once, kept in the plan.
+
+Memory, compile and the renderers read the plan's :class:`~orchestrator.plan.records.TaskPlan`
+(:func:`plan_tasks`); none of them partitions the ops or judges a loop again.
+
+Policy of partitions (TensorFlow partitions a graph by device; so do we, within
+what Dask can express). Ops are taken in the plan's order; each joins the
+open partition of its device only if that changes nothing a user could
+observe or wait for:
+
+* **Inputs enter at the start.** A partition waits for all its inputs from
+  other partitions before its first op runs. An op joins only when every
+  value it needs from outside is already among those inputs, and all of
+  them are its ancestors (it could not have started earlier anyway).
+  Otherwise it starts a new partition, so no op waits for a value it does
+  not need.
+* **Outputs leave at the end.** A partition's values become visible only
+  when it finishes. An op whose value is read on another device (or by an
+  op on ``GPU:*``, or whose completion another device waits for through
+  ``after``) closes its partition, so no reader elsewhere waits for work
+  after it.
+* **No parallelism is lost.** On a device with one thread (every GPU, and a
+  CPU with ``cpu_threads: 1``) the ops run one after the other anyway. On a
+  device with more threads only linear chains are joined (an op whose one
+  local input is the partition's last op, read by nothing else), so
+  independent ops still run side by side.
+* **Exact semantics.** Ops on ``GPU:*`` (Dask picks the GPU) are alone.
+  Ops join only partitions of the same ``retries``: Dask retries a
+  partition as a whole, from its inputs. (``timeout`` stays per op: the
+  runtime times each op inside its partition.)
+
+With these rules the partition graph is acyclic (every value a partition
+reads was made before its first op; every value it lends out, after its
+ops) and no path through it is longer than through the ops alone. So a run
+may take any subset of a partition's ops that its stage needs (the rest
+came from the cache), or cut a partition after an op whose value it wants
+at once, and still wait for nothing it does not need.
+
+Scopes are partitioned apart, as a run runs them: the ops outside loops (a
+loop's exports, ``NAME.state`` and ``NAME.metric``, are the driver's, not
+tasks), and each loop's step (its own body: not its state, nor the ops of a
+loop inside it).
+
+Policy of loops (:func:`loop_mode`): a loop holding another runs step by
+step (``nested``); otherwise a loop runs a task per op per step at
+``--granularity op``, else in gang windows (a task per device per window,
+``compile.gang``) unless :func:`gang_blocker` names what forbids them, and
+then a task per partition per step. The plan keeps the mode of every loop
+for both granularities: the granularity is a run setting, and one plan is
+shown by ``orchestrate plan`` and run at either.
+
+State: one pass over the ops per scope, keeping per device the open
+partition, its inputs and, per op of it, the inputs it depends on. Nothing
+is kept between calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from ..devices import ANY, DeviceSpec
+from .records import GRANULARITIES, LoopMode, Partition, Plan, TaskPlan
+from ..spec.records import Loop
+
+__all__ = ["Partition", "gang_blocker", "loop_mode", "partition", "plan_tasks", "published"]
+
+
+def plan_tasks(plan: Plan) -> Plan:
+    """``plan`` with its tasks planned: the partitions of each scope, and every loop's mode at each granularity."""
+    spec = plan.spec
+    order = [p.op for p in plan.placements]
+    in_loops = {name for loop in spec.loops for name in loop.body}
+    exports = {name for loop in spec.loops for name in loop.exports}
+    top = partition(plan, [name for name in order if name not in in_loops and name not in exports])
+    loops: dict[str, tuple[Partition, ...]] = {}
+    for loop in spec.loops:
+        inner = {name for other in spec.loops if other.name.startswith(loop.name + "/")
+                 for name in (*other.body, *other.exports)}
+        placeholders = {var.placeholder for var in loop.state}
+        body = set(loop.body) - inner
+        loops[loop.name] = partition(plan, [name for name in order if name in body], external=placeholders)
+    modes = {g: {loop.name: LoopMode(*loop_mode(plan, loop, g)) for loop in spec.loops} for g in GRANULARITIES}
+    return replace(plan, tasks=TaskPlan(top, loops, modes))
+
+
+def gang_blocker(plan: Plan, loop: Loop) -> str:
+    """Why ``loop`` cannot run in gang windows, or ``""`` when it can (what must hold, and why: ``compile.gang``)."""
+    spec = plan.spec
+    if spec.run.retries or any(op.retries for op in spec.ops):
+        return "ops have retries, which Dask gives per task: the loop runs a task per device partition per step"
+    body = set(loop.body)
+    placeholders = {var.placeholder for var in loop.state}
+    for name in loop.body:
+        if plan.placement(name).device.device_index == ANY and name not in placeholders:
+            return f"op '{name}' runs on GPU:* (Dask picks its GPU at run time, so its peers cannot know where)"
+    other = next((lp.name for lp in spec.loops if lp.name.startswith(loop.name + "/")), None)
+    if other is not None:
+        return f"it holds the loop '{other}'"
+    for var in loop.state:
+        if var.update.op not in body or var.update.op in placeholders:
+            return f"state '{var.name}' is not updated by an op of the body"
+    for name, ref in loop.metrics:
+        if ref.op not in body or ref.op in placeholders:
+            return f"metric '{name}' is not made by an op of the body"
+    return ""
+
+
+def loop_mode(plan: Plan, loop: Loop, granularity: str) -> tuple[str, str]:
+    """How ``loop`` runs at ``granularity``: ``nested``, ``gang``, ``partition`` or ``op``, and in words why."""
+    inner = [lp.name for lp in plan.spec.loops if lp is not loop and lp.name.startswith(loop.name + "/")]
+    if inner:
+        return "nested", (f"step by step, because it holds the loop '{inner[0]}': each step runs its own ops, "
+                          "then that loop")
+    if granularity == "op":
+        return "op", "a task per op per step (--granularity op)"
+    blocker = gang_blocker(plan, loop)
+    if blocker:
+        return "partition", f"a task per device partition per step, because {blocker}"
+    devices = len({plan.placement(n).device for n in loop.body})
+    return "gang", (f"one task per device per window of {loop.window} steps ({devices} device"
+                    f"{'s' if devices != 1 else ''}), values sent worker to worker")
+
+
+_NONE: frozenset[str] = frozenset()
+
+
+@dataclass
+class _Open:
+    ops: list[str]
+    imports: frozenset[str]
+    retries: int
+    depends: dict[str, frozenset[str]] = field(default_factory=dict)  # op -> the imports it depends on
+
+
+def partition(plan: Plan, names: Sequence[str] | None = None, external: Collection[str] = (),
+              threads: Mapping[str, int] | None = None, cut_after: Collection[str] = ()) -> tuple[Partition, ...]:
+    """Group ``names`` (default: every op; in the plan's order) into device partitions.
+
+    ``external`` names ops whose values come from elsewhere (a loop's carried
+    state): they are inputs, never members. ``threads`` maps a device name to
+    its threads (default: the cluster's). ``cut_after`` names ops whose value
+    is wanted as soon as it is made (the cache writes it at once): each ends
+    its partition, as a value read on another device does.
+    """
+    spec = plan.spec
+    chosen = [p.op for p in plan.placements] if names is None else list(names)
+    members = set(chosen).difference(external)
+    placements = plan.placement_index
+    where = {name: p.device_name for name, p in placements.items()}  # canonical names: fast to compare
+    if threads is None:
+        threads = {d.name: d.threads for d in spec.cluster.devices}
+    needs_of, exports, readers = _reads(plan, where, members, cut_after)
+    parts: list[tuple[DeviceSpec, list[str], int]] = []
+    open_on: dict[str, _Open] = {}
+    default_retries = spec.run.retries
+    for name in chosen:
+        if name not in members:
+            continue
+        device = where[name]
+        retries = spec.op(name).retries or default_retries
+        needs = needs_of[name]
+        part = open_on.get(device)
+        joined = False
+        if part is not None:
+            depends_of = part.depends
+            local = [n for n in needs if n in depends_of]
+            outside = _NONE if len(local) == len(needs) else frozenset(n for n in needs if n not in depends_of)
+            if len(local) == 1 and not outside:  # a chain: the common case, no new set
+                depends = depends_of[local[0]]
+            else:
+                depends = outside.union(*(depends_of[n] for n in local)) if local else outside
+            if part.retries == retries and outside <= part.imports and \
+                    (depends is part.imports or part.imports <= depends) and \
+                    (threads.get(device, 1) <= 1 or _extends_chain(part, local, readers)):
+                part.ops.append(name)
+                depends_of[name] = part.imports if depends == part.imports else depends
+                joined = True
+        if not joined:
+            imports = frozenset(needs)
+            part = _Open([name], imports, retries, {name: imports})
+            parts.append((placements[name].device, part.ops, retries))
+            open_on[device] = part
+        if device.endswith(":*") or name in exports:
+            open_on.pop(device, None)
+    return tuple(Partition(i, device, tuple(ops), retries) for i, (device, ops, retries) in enumerate(parts))
+
+
+def _reads(plan: Plan, where: Mapping[str, str], members: Collection[str], cut_after: Collection[str]) \
+        -> tuple[dict[str, tuple[str, ...]], set[str], dict[str, int]]:
+    """What each member reads, the ops whose value is wanted elsewhere (or at once), and readers per op."""
+    needs_of: dict[str, tuple[str, ...]] = {}
+    exports: set[str] = set(cut_after)  # ops whose value (or completion) is wanted elsewhere, or at once
+    readers: dict[str, int] = {}
+    for op in plan.spec.ops:
+        needs = tuple(dict.fromkeys([ref.op for ref in op.inputs] + list(op.after)))
+        here = where[op.name]
+        anywhere = here.endswith(":*")
+        for dep in needs:
+            if where.get(dep, here) != here or anywhere:
+                exports.add(dep)
+        if op.name in members:
+            needs_of[op.name] = needs
+            for dep in needs:
+                readers[dep] = readers.get(dep, 0) + 1
+    return needs_of, exports, readers
+
+
+def _extends_chain(part: _Open, local: list[str], readers: Mapping[str, int]) -> bool:
+    """On a multi-threaded device: join only the partition's last op, and only if nothing else reads it."""
+    last = part.ops[-1]
+    return local == [last] and readers.get(last, 0) == 1
+
+
+def published(plan: Plan, parts: Sequence[Partition], wanted: Collection[str] = ()) -> dict[int, tuple[str, ...]]:
+    """Per partition, the values (``op`` or ``op:i``) read outside it, in its op order.
+
+    ``wanted`` adds refs the caller needs besides readers (outputs, a loop's
+    carried state and metrics). A control edge (``after``) needs no value.
+    """
+    spec = plan.spec
+    home = {name: part.index for part in parts for name in part.ops}
+    needed: dict[int, set[str]] = {}
+    for op in spec.ops:
+        here = home.get(op.name)
+        for ref in op.inputs:
+            source = home.get(ref.op)
+            if source is not None and source != here:
+                needed.setdefault(source, set()).add(str(ref))
+    for text in wanted:
+        op_name = text.rpartition(":")[0] if text.rpartition(":")[2].isdigit() else text
+        source = home.get(op_name)
+        if source is not None:
+            needed.setdefault(source, set()).add(text)
+    out: dict[int, tuple[str, ...]] = {}
+    for part in parts:
+        refs = needed.get(part.index, set())
+        order = {name: i for i, name in enumerate(part.ops)}
+        out[part.index] = tuple(sorted(refs, key=lambda r: (order[r.rpartition(":")[0] if r.rpartition(":")[2].isdigit()
+                                                                  else r], r)))
+    return out

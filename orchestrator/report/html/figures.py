@@ -1,0 +1,310 @@
+"""The page's pictures, drawn with bokeh: the timeline of ops and transfers per device, and memory per device.
+
+This is the only module that imports bokeh; it does so inside the functions
+that draw, so importing the package never loads it. :func:`page_html` puts
+the figures in bokeh's page template, with everything bokeh needs inlined,
+so the file opens offline.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from ...errors import format_bytes
+from .lanes import FRAME_WIDTH, Row, device_rows, extent, time_zero
+from .view import DeviceView, OpView, RunView, TransferView
+from .words import HOST_NOT_MEASURED, op_timing, seconds, short_device, size_or_unknown
+
+if TYPE_CHECKING:
+    from bokeh.models import Model
+    from bokeh.models.annotations import LegendItem
+    from bokeh.plotting import figure as Figure
+
+LANE_PX = 26  # one lane of a device row: a bar and its label
+MAX_LABELS = 200  # more ops than this: no labels on the bars (they would be a blur); hover names them
+
+# Colour-blind-safe, distinct at a glance (Okabe-Ito, then Tableau's lighter tones).
+KIND_COLOURS = ("#56b4e9", "#e69f00", "#009e73", "#f0e442", "#0072b2", "#d55e00", "#cc79a7", "#999999",
+                "#8cd17d", "#b6992d", "#f1ce63", "#86bcb6", "#e15759", "#ff9d9a", "#bab0ac", "#d37295")
+TRANSFER_COLOUR = "#7b3294"
+PLANNED_COLOUR = "#4c78a8"
+SEEN_COLOUR = "#f58518"
+LIMIT_COLOUR = "#c0392b"
+
+
+# A label's white backing, so that it reads over hatching and arrows. (bokeh's annotations of
+# ``figure.text`` lack these keywords, though its Text glyph has them.)
+_LABEL_BACKGROUND: dict[str, Any] = {"background_fill_color": "#ffffff", "background_fill_alpha": 0.75, "padding": 1}
+# An Arrow's body is its line properties, unprefixed (bokeh's stub calls them ``body_line_*``).
+_NO_BODY: dict[str, Any] = {"line_alpha": 0.0}
+
+
+def page_html(view: RunView, template: str, variables: Mapping[str, str]) -> str:
+    """The page: bokeh's ``template`` filled with ``variables`` and the figures (or a note that there are none)."""
+    from bokeh.embed import file_html
+    from bokeh.layouts import column
+    from bokeh.models.widgets import Div
+    from bokeh.resources import INLINE
+
+    roots: list[Model] = []
+    if view.ops or view.transfers:
+        roots.append(_timeline(view))
+    if view.devices:
+        roots.append(_memory(view))
+    if not roots:
+        roots.append(Div(text="<p>The report records no ops and no devices: nothing to draw.</p>"))
+    layout = column(*roots, spacing=18)
+    return file_html(layout, INLINE, title=f"run of {view.name}", template=template,
+                     template_variables=dict(variables))
+
+
+# --------------------------------------------------------------------------- timeline
+
+
+def _timeline(view: RunView) -> Figure:
+    from bokeh.models.annotations import Legend
+
+    origin = time_zero(view)
+    end = extent(view, origin)
+    start = -end * 0.01
+    rows, lane_of, height = device_rows(view, origin, (end - start) / FRAME_WIDTH)
+    timed = [o for o in view.ops if o.start is not None]
+    colours = _kind_colours(view)
+    fig = _timeline_figure(rows, height, start, end)
+    _op_bars(fig, timed, [rows[o.device].lane_y(lane_of[o.name]) for o in timed], origin, colours)
+    items = _kind_legend(fig, view, timed, colours)
+    if view.transfers:
+        items.append(_transfers(fig, view, rows, origin))
+    if items:
+        # top_left of the side panel: bokeh measures the legend before its font is in, and one placed
+        # top_right grew leftwards over the plot
+        fig.add_layout(Legend(items=items, title="op kind", label_text_font_size="10px", spacing=0,
+                              location="top_left", title_text_font_size="10px"), "right")
+    return fig
+
+
+def _kind_colours(view: RunView) -> dict[str, str]:
+    kinds = sorted({o.kind for o in view.ops if o.start is not None})
+    return {kind: KIND_COLOURS[i % len(KIND_COLOURS)] for i, kind in enumerate(kinds)}
+
+
+def _timeline_figure(rows: Mapping[str, Row], height: float, start: float, end: float) -> Figure:
+    """The timeline's empty figure: time across, a band of lanes per device down (top to bottom)."""
+    from bokeh.models import FixedTicker, Range1d
+    from bokeh.models.annotations import BoxAnnotation
+    from bokeh.plotting import figure
+
+    fig = figure(frame_width=FRAME_WIDTH, frame_height=int(height * LANE_PX), x_range=Range1d(start=start, end=end),
+                 y_range=Range1d(start=height, end=0), tools="xpan,xwheel_zoom,box_zoom,reset,save",
+                 active_scroll="xwheel_zoom", toolbar_location="above",
+                 title="Timeline: one row per device; bars are ops, arrows values Dask moved between devices",
+                 x_axis_label="seconds since the first op or transfer started")
+    fig.yaxis.ticker = FixedTicker(ticks=[row.centre for row in rows.values()])
+    fig.yaxis.major_label_overrides = {row.centre: short_device(row.device) for row in rows.values()}
+    fig.yaxis.major_label_text_font_size = "11px"
+    fig.ygrid.visible = False
+    for i, row in enumerate(rows.values()):
+        if i % 2 == 0:  # banded rows: which lanes belong to which device
+            fig.add_layout(BoxAnnotation(top=row.top - 0.3, bottom=row.top + row.lanes + 0.3,
+                                         fill_color="#000000", fill_alpha=0.04, line_alpha=0))
+    return fig
+
+
+def _op_bars(fig: Figure, timed: Sequence[OpView], ys: Sequence[float], origin: float,
+             colours: Mapping[str, str]) -> None:
+    """A bar per timed op at height ``ys[i]``, a tick at its start, its name (when not too many), its hover."""
+    from bokeh.models import ColumnDataSource, HoverTool
+
+    ops = ColumnDataSource(data={
+        "name": [o.name for o in timed],
+        "kind": [o.kind for o in timed],
+        "device": [o.device for o in timed],
+        "y": list(ys),
+        "left": [(o.start or 0.0) - origin for o in timed],
+        "right": [(o.start or 0.0) - origin + (o.duration or 0.0) for o in timed],
+        "colour": [colours[o.kind] for o in timed],
+        "hatch": ["/" if o.looped else " " for o in timed],
+        "alpha": [0.55 if o.looped else 0.9 for o in timed],
+        "timing": [op_timing(o, origin) for o in timed],
+        "bytes": [size_or_unknown(o.output_bytes) for o in timed],
+        "runs": [str(o.runs) if o.runs is not None else "-" for o in timed],
+    })
+    bars = fig.hbar(y="y", left="left", right="right", height=0.7, source=ops, fill_color="colour",
+                    fill_alpha="alpha", line_color="colour", hatch_pattern="hatch", hatch_color="#555555",
+                    hatch_alpha=0.45, hatch_scale=14, hatch_weight=0.8)
+    # an op of 70 µs on a 100 ms axis is under a pixel wide: a tick at its start keeps every op visible
+    ticks = fig.rect(x="left", y="y", width=3, width_units="screen", height=0.7, source=ops, fill_color="colour",
+                     line_color="#333333", line_width=0.5)
+    if len(timed) <= MAX_LABELS:
+        fig.text(x="left", y="y", text="name", source=ops, x_offset=6, text_baseline="middle",
+                 text_font_size="10px", text_color="#222222", **_LABEL_BACKGROUND)
+    fig.add_tools(HoverTool(renderers=[bars, ticks], tooltips=[
+        ("op", "@name (@kind)"), ("device", "@device"), ("time", "@timing"), ("output", "@bytes"),
+        ("runs", "@runs")]))
+
+
+def _kind_legend(fig: Figure, view: RunView, timed: Sequence[OpView], colours: Mapping[str, str]) -> list[LegendItem]:
+    """The legend's entries of op kinds (and of loop ops' hatching, with a note above the plot)."""
+    from bokeh.models.annotations import Title
+
+    # legend swatches: a renderer of one undrawable (NaN) bar per entry, so each shows its plain colour
+    entries = [(kind, colour, " ") for kind, colour in colours.items()]
+    if any(o.looped for o in timed):
+        entries.append(("hatched: a loop op, its runs' time summed", "#dddddd", "/"))
+    nan = float("nan")
+    hatches: list[Any] = [h for _, _, h in entries]  # bokeh types these as its pattern names, not their letters
+    swatches = fig.hbar(y=[nan] * len(entries), left=[nan] * len(entries), right=[nan] * len(entries), height=0.7,
+                        fill_color=[c for _, c, _ in entries], line_color="#777777", line_alpha=0.5,
+                        hatch_pattern=hatches, hatch_color="#555555", hatch_alpha=0.6,
+                        hatch_scale=8)
+    items = [_legend_item(label, swatches, i) for i, (label, _, _) in enumerate(entries)]
+    if any(o.looped for o in timed):
+        fig.add_layout(Title(text=f"Hatched bars are loop ops: the time of all their runs, summed, drawn from the "
+                                  f"first run (the runs were spread over the loop; the run took "
+                                  f"{seconds(view.elapsed)})", text_font_size="11px", text_font_style="italic",
+                             text_color="#555555"), "above")
+    return items
+
+
+def _transfers(fig: Figure, view: RunView, rows: Mapping[str, Row], origin: float) -> LegendItem:
+    """Arrows from the sender's row at a transfer's start to the receiver's row at its stop; values moved in
+    one Dask transfer (one entry of the receiver's transfer log) share an arrow. The legend item."""
+    from bokeh.models import ColumnDataSource, HoverTool
+    from bokeh.models.annotations import Arrow, VeeHead
+
+    grouped: dict[tuple[str, str, float, float], list[TransferView]] = defaultdict(list)
+    for t in view.transfers:
+        grouped[(t.source, t.target, t.start, t.stop)].append(t)
+    keys = sorted(grouped, key=lambda k: (k[2], k[0], k[1]))
+    source = ColumnDataSource(data={
+        "x0": [k[2] - origin for k in keys], "x1": [k[3] - origin for k in keys],
+        "y0": [rows[k[0]].centre for k in keys], "y1": [rows[k[1]].centre for k in keys],
+        "values": [", ".join(f"{t.value} ({format_bytes(t.nbytes)})" for t in grouped[k]) for k in keys],
+        "bytes": [format_bytes(sum(t.nbytes for t in grouped[k])) for k in keys],
+        "route": [f"{short_device(k[0])} → {short_device(k[1])}" for k in keys],
+        "when": [f"+{seconds(k[2] - origin)} to +{seconds(k[3] - origin)} ({seconds(k[3] - k[2])})" for k in keys],
+    })
+    lines = fig.segment(x0="x0", y0="y0", x1="x1", y1="y1", source=source, line_color=TRANSFER_COLOUR,
+                        line_width=1.5, line_alpha=0.55, line_dash="dashed")
+    # the segments draw the arrows' bodies (and carry the hover); the Arrow only its heads
+    fig.add_layout(Arrow(x_start="x0", y_start="y0", x_end="x1", y_end="y1", source=source, **_NO_BODY,
+                         end=VeeHead(size=9, fill_color=TRANSFER_COLOUR, line_color=TRANSFER_COLOUR,
+                                     fill_alpha=0.8)))
+    fig.add_tools(HoverTool(renderers=[lines], line_policy="interp", tooltips=[
+        ("moved", "@values"), ("bytes", "@bytes"), ("from → to", "@route"), ("when", "@when")]))
+    return _legend_item("value moved by Dask (sender → receiver)", lines)
+
+
+def _legend_item(label: str, renderer: Any, index: int | None = None) -> LegendItem:
+    """A legend entry drawn like ``renderer`` at row ``index`` of its data. (``Any``: bokeh's stubs want a
+    ``GlyphRenderer[Glyph]``, which to mypy a ``GlyphRenderer[HBar]`` is not.)"""
+    from bokeh.models.annotations import LegendItem
+
+    return LegendItem(label=label, renderers=[renderer], index=index)
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def _memory(view: RunView) -> Figure:
+    """Per device: planned peak and the peak its backend saw, side by side on a log axis, the limit a red mark."""
+    from bokeh.models.annotations import Legend
+
+    devices = list(view.devices)
+    values = [v for d in devices for v in (d.planned_peak_bytes, d.peak_bytes_seen, d.limit_bytes) if v]
+    high = max([*values, 1024])
+    floor = 0.5  # bars start here: a log axis has no zero
+    fig = _memory_figure(devices, high, floor)
+    bars = _peak_bars(fig, devices, floor)
+    items = [_legend_item("planned peak (orchestrate plan)", bars, 0)]
+    if devices:
+        items.append(_legend_item("peak seen by the device's backend", bars, len(devices)))
+    items += _limit_marks(fig, devices, high)
+    fig.add_layout(Legend(items=items, label_text_font_size="10px", spacing=0, location="top_left"), "right")
+    return fig
+
+
+def _memory_figure(devices: Sequence[DeviceView], high: int, floor: float) -> Figure:
+    """The memory figure's empty figure: bytes across on a log axis, two bars' places per device down."""
+    from bokeh.models import CategoricalAxis, FactorRange, FixedTicker, Range1d
+    from bokeh.plotting import figure
+
+    # a categorical y axis runs bottom to top: reversed, the first device and its planned peak are on top
+    factors = [(short_device(d.device), what) for d in reversed(devices) for what in ("peak seen", "planned peak")]
+    fig = figure(frame_width=FRAME_WIDTH, frame_height=44 * len(devices), y_range=FactorRange(factors=factors),
+                 x_axis_type="log", x_range=Range1d(start=floor, end=high * 40), tools="save",
+                 toolbar_location=None, title="Memory per device: planned peak beside the peak seen, against the limit",
+                 x_axis_label="bytes (log scale)")
+    ticks = [2 ** (5 * k) for k in range(0, int(math.log2(high * 40) // 5) + 1)]
+    fig.xaxis.ticker = FixedTicker(ticks=ticks)
+    fig.xaxis.major_label_overrides = {t: _round_bytes(t) for t in ticks}
+    axis = fig.yaxis[0]
+    assert isinstance(axis, CategoricalAxis)
+    axis.group_label_orientation = "horizontal"
+    axis.major_label_text_font_size = "10px"
+    axis.group_text_font_size = "11px"
+    fig.ygrid.visible = False
+    return fig
+
+
+def _peak_label(d: DeviceView, what: str, value: int | None) -> str:
+    if value is not None:
+        return f"{what} {format_bytes(value)}"
+    if what == "seen":
+        return HOST_NOT_MEASURED if d.backend == "host" else "not measured"
+    return "planned peak unknown"
+
+
+def _peak_bars(fig: Figure, devices: Sequence[DeviceView], floor: float) -> Any:
+    """Each device's planned peak and peak seen as bars, labelled, with a hover; the bars' renderer."""
+    from bokeh.models import ColumnDataSource, HoverTool
+
+    rows = [(d, "planned peak", d.planned_peak_bytes, PLANNED_COLOUR, "planned") for d in devices]
+    rows += [(d, "peak seen", d.peak_bytes_seen, SEEN_COLOUR, "seen") for d in devices]
+    source = ColumnDataSource(data={
+        "y": [(short_device(d.device), what) for d, what, _, _, _ in rows],
+        "right": [max(value or 0, floor) for _, _, value, _, _ in rows],
+        "colour": [colour for _, _, _, colour, _ in rows],
+        "label": [_peak_label(d, word, value) for d, _, value, _, word in rows],
+        "device": [d.device for d, _, _, _, _ in rows],
+        "limit": [size_or_unknown(d.limit_bytes) if d.limit_bytes is not None else "no limit"
+                  for d, _, _, _, _ in rows],
+        "backend": [d.backend or "-" for d, _, _, _, _ in rows],
+    })
+    bars = fig.hbar(y="y", left=floor, right="right", height=0.7, source=source, fill_color="colour",
+                    line_color="colour")
+    fig.text(x="right", y="y", text="label", source=source, x_offset=6, text_baseline="middle",
+             text_font_size="10px", text_color="#222222")
+    fig.add_tools(HoverTool(renderers=[bars], tooltips=[("device", "@device"), ("peak", "@label"),
+                                                        ("limit", "@limit"), ("backend", "@backend")]))
+    return bars
+
+
+def _limit_marks(fig: Figure, devices: Sequence[DeviceView], high: int) -> list[LegendItem]:
+    """A red mark at each device's limit, or the words "no limit"; the legend entry of the marks, if any."""
+    items: list[LegendItem] = []
+    limited = [(short_device(d.device), float(d.limit_bytes)) for d in devices if d.limit_bytes is not None]
+    if limited:
+        marks = fig.scatter(x=[b for _, b in limited], y=[name for name, _ in limited], marker="dash",
+                            angle=math.pi / 2, size=40, line_color=LIMIT_COLOUR, line_width=3)
+        fig.text(x=[b for _, b in limited], y=[name for name, _ in limited],
+                 text=[f"limit {format_bytes(b)}" for _, b in limited], x_offset=6, text_baseline="middle",
+                 text_font_size="10px", text_color=LIMIT_COLOUR)
+        items.append(_legend_item("memory limit", marks))
+    unlimited = [d for d in devices if d.limit_bytes is None]
+    if unlimited:
+        fig.text(x=[high * 8 for _ in unlimited], y=[short_device(d.device) for d in unlimited],
+                 text=["no limit" for _ in unlimited], text_baseline="middle", text_font_size="10px",
+                 text_color=LIMIT_COLOUR)
+    return items
+
+
+def _round_bytes(n: int) -> str:
+    """An axis tick in binary units without a needless decimal: ``32 KiB``, ``1 GiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:g} {unit}"
+        n //= 1024
+    raise AssertionError("unreachable")

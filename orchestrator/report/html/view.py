@@ -1,0 +1,234 @@
+"""The checked view of a run report: the JSON ``run --report`` writes, read into the fields the page draws.
+
+The input is ``RunReport.as_dict()``; it is read through small views that
+check every field they use, so a file that is not a run report is one clear
+:class:`BadRunReport`, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ...errors import OrchestratorError
+from ...execute.records import RUN_REPORT_FORMAT
+
+
+class BadRunReport(OrchestratorError):
+    """A run report file that cannot be read, is not JSON, or is not a run report."""
+
+
+@dataclass(frozen=True)
+class OpView:
+    """One op of the report, as the page draws it."""
+
+    name: str
+    kind: str
+    device: str  # where it ran (its worker), else where it was planned
+    planned_device: str
+    start: float | None
+    duration: float | None
+    output_bytes: int | None
+    runs: int | None
+    why: str
+    note: str
+
+    @property
+    def looped(self) -> bool:
+        """A loop op: its record sums ``runs`` steps, and ``start`` is the first step's."""
+        return (self.runs or 0) > 1
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    device: str
+    ops: int
+    planned_peak_bytes: int | None
+    limit_bytes: int | None
+    peak_bytes_seen: int | None
+    backend: str | None
+
+
+@dataclass(frozen=True)
+class TransferView:
+    value: str
+    source: str
+    target: str
+    nbytes: int
+    start: float
+    stop: float
+
+
+@dataclass(frozen=True)
+class RunView:
+    """The fields of a run report the page shows, checked."""
+
+    name: str
+    file: str
+    run: str
+    backend: str
+    granularity: str
+    naming: str
+    naming_why: str
+    elapsed: float
+    startup: float  # before elapsed: the cluster's start (or connecting) until its workers were ready
+    phases: tuple[tuple[str, float], ...]
+    totals: Mapping[str, int]
+    loops: tuple[tuple[str, str], ...]
+    ops: tuple[OpView, ...]
+    devices: tuple[DeviceView, ...]
+    transfers: tuple[TransferView, ...]
+    restarted: tuple[str, ...]
+    unverified: tuple[str, ...]
+
+    def device_order(self) -> list[str]:
+        """The report's devices in its order, then any device only an op or a transfer names."""
+        order = [d.device for d in self.devices]
+        for name in [o.device for o in self.ops] + [e for t in self.transfers for e in (t.source, t.target)]:
+            if name not in order:
+                order.append(name)
+        return order
+
+
+def read_run_report(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The JSON of a run report file; :class:`BadRunReport` when it cannot be read or parsed."""
+    name = os.fspath(path)
+    try:
+        with open(name, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise BadRunReport(f"cannot read run report {name}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise BadRunReport(f"{name} is not a run report: not UTF-8 text ({exc.reason})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadRunReport(f"{name} is not a run report: invalid JSON at line {exc.lineno} column {exc.colno}: "
+                           f"{exc.msg}") from None
+    if not isinstance(data, dict):
+        raise BadRunReport(f"{name} is not a run report: expected a JSON object, got {_json_type(data)}")
+    return data
+
+
+def _json_type(value: object) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+class _Fields:
+    """Typed access to one JSON object of the report; a wrong or missing field names its path."""
+
+    def __init__(self, data: object, where: str):
+        if not isinstance(data, dict):
+            raise _Wrong(f"{where or 'the report'} should be an object, got {_json_type(data)}")
+        self.data: dict[str, Any] = data
+        self.where = where
+
+    def _path(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def _value(self, key: str, optional: bool) -> Any:
+        if key not in self.data:
+            if optional:
+                return None
+            raise _Wrong(f"'{self._path(key)}' is missing")
+        return self.data[key]
+
+    def text(self, key: str, default: str | None = None) -> str:
+        value = self._value(key, default is not None)
+        if value is None and default is not None:
+            return default
+        if not isinstance(value, str):
+            raise _Wrong(f"'{self._path(key)}' should be a string, got {_json_type(value)}")
+        return value
+
+    def number(self, key: str, optional: bool = False) -> float | None:
+        value = self._value(key, optional)
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise _Wrong(f"'{self._path(key)}' should be a number, got {_json_type(value)}")
+        return float(value)
+
+    def count(self, key: str, optional: bool = False) -> int | None:
+        value = self._value(key, optional)
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _Wrong(f"'{self._path(key)}' should be a whole number of at least 0, got {value!r}")
+        return value
+
+    def items(self, key: str, optional: bool = False) -> list[Any]:
+        value = self._value(key, optional)
+        if value is None and optional:
+            return []
+        if not isinstance(value, list):
+            raise _Wrong(f"'{self._path(key)}' should be an array, got {_json_type(value)}")
+        return value
+
+    def mapping(self, key: str) -> _Fields:
+        value = self._value(key, True)
+        return _Fields({} if value is None else value, self._path(key))
+
+
+class _Wrong(Exception):
+    """A field of the report is missing or of the wrong type (becomes :class:`BadRunReport`)."""
+
+
+def parse_run_report(data: Mapping[str, Any], source: str = "the run report") -> RunView:
+    """Check a run report's JSON and return the view the page draws; :class:`BadRunReport` if it is not one."""
+    try:
+        return _parse(_Fields(dict(data) if isinstance(data, Mapping) else data, ""))
+    except _Wrong as exc:
+        raise BadRunReport(f"{source} is not a run report: {exc}") from None
+
+
+def _parse(top: _Fields) -> RunView:
+    version = top.data.get("format")
+    if version != RUN_REPORT_FORMAT:
+        raise _Wrong(f"'format' is {version!r}, this orchestrate reads run reports of format {RUN_REPORT_FORMAT}")
+    naming = top.mapping("task_names")
+    totals = top.mapping("totals")
+    phases = top.mapping("phases_seconds")
+    loops = top.mapping("loops")
+    return RunView(
+        name=top.text("name"), file=top.text("file", ""), run=top.text("run", ""),
+        backend=top.text("backend", "unknown"), granularity=top.text("granularity", "partition"),
+        naming=naming.text("naming", ""), naming_why=naming.text("why", ""),
+        elapsed=top.number("elapsed_seconds") or 0.0, startup=top.number("startup_seconds", optional=True) or 0.0,
+        phases=tuple((key, phases.number(key) or 0.0) for key in phases.data),
+        totals={key: totals.count(key) or 0 for key in totals.data},
+        loops=tuple((key, loops.text(key)) for key in loops.data),
+        ops=tuple(_op(_Fields(item, f"ops[{i}]")) for i, item in enumerate(top.items("ops"))),
+        devices=tuple(_device(_Fields(item, f"devices[{i}]")) for i, item in enumerate(top.items("devices"))),
+        transfers=tuple(_transfer(_Fields(item, f"transfers[{i}]"))
+                        for i, item in enumerate(top.items("transfers", optional=True))),
+        restarted=tuple(str(d) for d in top.items("restarted_devices", optional=True)),
+        unverified=tuple(str(d) for d in top.items("unverified", optional=True)),
+    )
+
+
+def _op(f: _Fields) -> OpView:
+    planned = f.text("planned_device")
+    worker = f.data.get("worker")
+    device = f.text("worker") if worker is not None else planned
+    return OpView(name=f.text("name"), kind=f.text("op"), device=device, planned_device=planned,
+                  start=f.number("start", optional=True), duration=f.number("duration", optional=True),
+                  output_bytes=f.count("output_bytes", optional=True), runs=f.count("runs", optional=True),
+                  why=f.text("why", ""), note=f.text("note", ""))
+
+
+def _device(f: _Fields) -> DeviceView:
+    return DeviceView(device=f.text("device"), ops=f.count("ops", optional=True) or 0,
+                      planned_peak_bytes=f.count("planned_peak_bytes", optional=True),
+                      limit_bytes=f.count("limit_bytes", optional=True),
+                      peak_bytes_seen=f.count("peak_bytes_seen", optional=True),
+                      backend=f.text("backend", "") or None)
+
+
+def _transfer(f: _Fields) -> TransferView:
+    return TransferView(value=f.text("value"), source=f.text("from"), target=f.text("to"),
+                        nbytes=f.count("bytes") or 0, start=f.number("start") or 0.0, stop=f.number("stop") or 0.0)

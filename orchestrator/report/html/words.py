@@ -1,0 +1,47 @@
+"""The page's words for devices, durations, sizes and op timings, shared by its figures and its tables."""
+
+from __future__ import annotations
+
+from ...errors import format_bytes
+from .view import OpView
+
+HOST_NOT_MEASURED = "not measured (host memory is Dask's)"
+
+
+def short_device(device: str) -> str:
+    """``/job:worker/replica:0/task:0/device:GPU:1`` as ``/job:worker/task:0/GPU:1`` (replica only when not 0)."""
+    parts = [p for p in device.strip("/").split("/") if p and p != "replica:0"]
+    return "/" + "/".join(p.removeprefix("device:") for p in parts)
+
+
+def seconds(value: float) -> str:
+    """A duration in the unit that reads best: ``70 µs``, ``12.3 ms``, ``6.81 s``."""
+    if value < 1e-3:
+        return f"{value * 1e6:.0f} µs"
+    if value < 1.0:
+        return f"{value * 1e3:.1f} ms"
+    return f"{value:.2f} s"
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 op``, ``2 ops``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def size_or_unknown(n: int | None) -> str:
+    """A size in bytes as words; ``unknown`` where the report has none."""
+    return "unknown" if n is None else format_bytes(n)
+
+
+def op_timing(op: OpView, origin: float) -> str:
+    """The op's timing in words; a loop op says that its time is summed over its runs."""
+    if op.start is None:
+        return op.note or "no timing recorded"
+    at = f"+{seconds(op.start - origin)}"
+    took = seconds(op.duration or 0.0)
+    if op.looped and op.runs:
+        each = seconds((op.duration or 0.0) / op.runs)
+        return (f"{op.runs} runs, {took} in all ({each} each on average), first at {at}; "
+                f"the bar is their summed time drawn from the first run, not when they ran")
+    return f"{took} from {at}"
+

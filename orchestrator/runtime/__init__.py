@@ -1,0 +1,33 @@
+"""The worker contract: what a compiled task carries, and the functions workers run.
+
+``compile`` builds tasks that call the functions here; ``execute`` registers
+the device runtime that makes them work on each worker. Both sides depend on
+this package and on nothing of each other. It imports no ``distributed``:
+the worker plugin (``execute``) hands it the worker lookup (:func:`bind`)
+and the courier that sends values between workers (:func:`bind_courier`)
+when it installs a device's :class:`Runtime` on a worker.
+
+* :mod:`.resources`: how a task asks for its device, what a worker offers.
+* :mod:`.runtime`: one op (:class:`OpTask`, :func:`run_op`), moves, control
+  tokens, the device runtime and its records.
+* :mod:`.partitions`: a device partition, several ops in one task
+  (:class:`PartitionTask`, :func:`run_partition`).
+* :mod:`.usercode`: the spec's folder as the working directory of user
+  code (a lease shared by the calls of one folder), and the user's frames
+  of an error.
+* :mod:`.windows` and :mod:`.exchange`: one device's part of a loop window
+  (:class:`WindowTask`, :func:`run_window`), with values sent worker to worker.
+"""
+
+from .exchange import Mailbox, Sent, Tag, bind_courier
+from .partition_task import PartitionTask, run_partition
+from .resources import device_resource, resources_for, task_resource, worker_resources
+from .device import (LOG_TOPIC, RUNTIME_ATTRIBUTE, OpTask, Runtime, abort_run, bind, commit_saves, discard_saves,
+                      drain_records, move, run_op, to_host, token)
+from .windows import ARG, LOCAL, RECEIVED, STATE, StateRule, WindowTask, run_window
+
+__all__ = ["ARG", "LOCAL", "LOG_TOPIC", "RECEIVED", "RUNTIME_ATTRIBUTE", "STATE", "Mailbox", "OpTask", "Sent", "Tag", "PartitionTask",
+           "Runtime", "StateRule", "WindowTask", "abort_run", "bind", "bind_courier", "commit_saves", "device_resource",
+           "discard_saves",
+           "drain_records", "move", "resources_for", "run_op", "run_partition", "run_window", "task_resource",
+           "to_host", "token", "worker_resources"]

@@ -1,0 +1,338 @@
+"""One op on a worker: its payload, the device runtime it runs in, and what it records.
+
+* :class:`OpTask` and :func:`run_op`: one op, run with the device's backend
+  through the op catalog's kernel; its result is charged to the device's
+  memory and recorded (op, device, start, duration, bytes) in the worker's
+  own memory, drained once per run by :func:`drain_records`.
+* :func:`move`, :func:`token`, :func:`to_host`: a value received on another
+  device (one copy per consuming device), a control edge (no data), and a
+  device array copied to the host for the client.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib
+import os
+import sys
+import threading
+import time
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Mapping
+
+from .backends import Backend, DeviceConfig, make_backend
+from ..errors import OpFailedError, OpTimeoutError, OrchestratorError
+from ..ops import KernelError, lookup
+from .exchange import Mailbox
+from .usercode import WORKING_DIRECTORY, describe, user_origin
+
+LOG_TOPIC = "orchestrator-log"
+RUNTIME_ATTRIBUTE = "orchestrator_runtime"
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+@dataclass(frozen=True)
+class OpTask:
+    """Everything a worker needs to run one op (pickled into the graph, once per task)."""
+
+    name: str
+    kind: str
+    params: Mapping[str, Any]
+    n_inputs: int
+    run: str = ""  # the run token: events of other runs on a kept-alive cluster are ignored
+    step: int = 0
+    input_keys: tuple[str, ...] | None = None
+    timeout: float | None = None
+    log: bool = False
+    base_dir: str = ""  # where relative paths and user modules are found (only ops that need it get it)
+    outputs: int = 1
+    input_index: tuple[int | None, ...] = ()  # per input: which output of a tuple it reads, in place
+
+    @staticmethod
+    def from_values(*values: Any) -> OpTask:
+        """An OpTask from its fields in order, without the frozen dataclass's checks (compile makes 100k)."""
+        return _restore_op_task(values)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # The client, the scheduler and the worker each pickle or unpickle this once per task: positional
+        # values without field names, the usually-default tail dropped, and no __init__ on the way back
+        # (a tiny op's payload: 115 bytes instead of 324, and a few microseconds less at every hop).
+        head = (self.name, self.kind, self.params, self.n_inputs, self.run, self.step)
+        tail = (self.input_keys, self.timeout, self.log, self.base_dir, self.outputs, self.input_index)
+        return _restore_op_task, (head if tail == _OP_TASK_DEFAULT_TAIL else head + tail,)
+
+
+_OP_TASK_FIELDS = tuple(f.name for f in fields(OpTask))
+_OP_TASK_DEFAULTS = tuple(f.default for f in fields(OpTask))
+_OP_TASK_DEFAULT_TAIL = _OP_TASK_DEFAULTS[6:]
+
+
+def _restore_op_task(values: tuple[Any, ...]) -> OpTask:
+    task = object.__new__(OpTask)
+    task.__dict__.update(zip(_OP_TASK_FIELDS, values + _OP_TASK_DEFAULTS[len(values):]))
+    return task
+
+
+# --------------------------------------------------------------------------- the device runtime
+
+
+@dataclass
+class Runtime:
+    """A device's backend and this run's records, kept on the worker that stands for it."""
+
+    config: DeviceConfig
+    backend: Backend
+    user_paths: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    # (run, op, kind) -> aggregate over loop steps: bounded by the number of ops, not of steps
+    records: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    created: float = field(default_factory=time.time)  # a restarted worker lost the records it held
+    mailbox: Mailbox = field(default_factory=Mailbox)  # values other devices sent to this one (loop windows)
+    staged: dict[str, dict[str, str]] = field(default_factory=dict)  # run -> {staging file: target}: saves to commit
+
+    @classmethod
+    def for_device(cls, config: DeviceConfig) -> Runtime:
+        return cls(config, make_backend(config))
+
+    def record(self, run: str, op: str, kind: str, ran_on: str, start: float, duration: float,
+               nbytes: int, error: str = "") -> None:
+        with self.lock:
+            entry = self.records.get((run, op, kind))
+            if entry is None:
+                self.records[(run, op, kind)] = {"run": run, "op": op, "kind": kind, "ran_on": ran_on,
+                                                 "start": start, "duration": duration, "bytes": nbytes,
+                                                 "count": 1, "error": error}
+            else:
+                entry["count"] += 1
+                entry["duration"] += duration
+                entry["bytes"] = nbytes
+                entry["error"] = error or entry["error"]
+
+    def stage(self, run: str, path: str) -> str:
+        """The staging file a save of ``path`` writes during ``run`` (renamed into place by :func:`commit_saves`)."""
+        staging = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{run}.staged")
+        with self.lock:
+            self.staged.setdefault(run, {})[staging] = path
+        return staging
+
+    def user_function(self, fn_path: str, base_dir: str, op: str) -> Callable[..., Any]:
+        """Import ``package.module:function`` from the spec's directory (or the Python path)."""
+        module_name, _, fn_name = fn_path.partition(":")
+        with self.lock:
+            if base_dir not in self.user_paths:
+                sys.path.insert(0, base_dir)
+                self.user_paths.add(base_dir)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise OpFailedError(op, self.config.name, f"cannot import module '{module_name}' for fn '{fn_path}': "
+                                f"{exc}", f"looked in {base_dir} and the Python path") from None
+        fn = getattr(module, fn_name, None)
+        if fn is None:
+            raise OpFailedError(op, self.config.name, f"module '{module_name}' has no function '{fn_name}'",
+                                module.__file__ or "")
+        return fn  # type: ignore[no-any-return]
+
+
+_get_worker: Callable[[], Any] | None = None
+
+
+def bind(get_worker: Callable[[], Any] | None) -> Callable[[], Any] | None:
+    """Tell this module how to find the worker running a task (``distributed.get_worker``); the lookup it replaces.
+
+    An in-process run (``--sync``) binds its own devices for the run and puts the previous lookup back after.
+    """
+    global _get_worker
+    previous, _get_worker = _get_worker, get_worker
+    return previous
+
+
+def _runtime(worker: Any = None) -> tuple[Any, Runtime]:
+    if worker is None:
+        if _get_worker is None:
+            raise OrchestratorError("the orchestrator device runtime is not installed on this worker "
+                                    "(it is registered by 'orchestrate run' before any task)")
+        worker = _get_worker()
+    runtime = getattr(worker, RUNTIME_ATTRIBUTE, None)
+    if runtime is None:  # a worker the spec does not describe: a plain host device
+        runtime = Runtime.for_device(DeviceConfig(str(worker.name), "CPU", "host"))
+        setattr(worker, RUNTIME_ATTRIBUTE, runtime)
+    return worker, runtime
+
+
+class _Context:
+    """The :class:`~orchestrator.ops.base.KernelContext` of one op running on this worker."""
+
+    __slots__ = ("runtime", "xp", "name", "device", "step", "base_dir", "input_keys", "outputs", "run")
+
+    def __init__(self, runtime: Runtime, task: OpTask, step: int):
+        self.runtime, self.xp = runtime, runtime.backend.xp
+        self.name, self.device, self.step = task.name, runtime.config.name, step
+        self.base_dir, self.input_keys, self.outputs = task.base_dir, task.input_keys, task.outputs
+        self.run = task.run
+
+    @property
+    def stream(self) -> tuple[int, ...]:
+        return tuple(int(part) for part in self.name.split("/") if part.isdigit())
+
+    def to_host(self, value: Any) -> Any:
+        return self.runtime.backend.to_host(value)
+
+    def to_device(self, value: Any) -> Any:
+        return self.runtime.backend.to_device(value, self.name)
+
+    def user_function(self, fn: str) -> Callable[..., Any]:
+        return self.runtime.user_function(fn, self.base_dir, self.name)
+
+    def working_directory(self) -> AbstractContextManager[None]:
+        return WORKING_DIRECTORY.lent(self.base_dir) if self.base_dir else nullcontext()
+
+    def stage(self, path: str) -> str:
+        return self.runtime.stage(self.run, path)
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, tuple):
+        return sum(_nbytes(v) for v in value)
+    return int(getattr(value, "nbytes", 0))
+
+
+def run_op(task: OpTask, *args: Any) -> Any:
+    """Run one op on this worker's device. Extra arguments past ``n_inputs`` are control tokens."""
+    worker, runtime = _runtime()
+    raw = args[: task.n_inputs]
+    if task.input_index:
+        raw = tuple(x if i is None else x[i] for x, i in zip(raw, task.input_index))
+    return execute(task, runtime, worker, raw)
+
+
+def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], step: int | None = None) -> Any:
+    """Run one op with its inputs on this device: charge, time out, record, log; errors name the op.
+
+    ``step`` is the loop step when a window runs the same op for many steps (default: the task's).
+    """
+    backend = runtime.backend
+    at = task.step if step is None else step
+    start = time.time()
+    try:
+        if backend.name == "host":  # host memory is Dask's to account: nothing to adopt or charge
+            value = _with_timeout(task, runtime, raw, at)
+        else:
+            inputs = tuple(backend.adopt(x, task.name) for x in raw)
+            value = backend.execute(task.name, lambda: _with_timeout(task, runtime, inputs, at))
+    except Exception as exc:
+        runtime.record(task.run, task.name, "failed", runtime.config.name, start, 0.0, 0,
+                       error=f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, OrchestratorError):
+            raise
+        if isinstance(exc, KernelError):  # the kernel's own account: the op, its device, the message
+            raise OpFailedError(task.name, runtime.config.name, str(exc)) from None
+        raise OpFailedError(task.name, runtime.config.name, describe(exc, task.base_dir),
+                            user_origin(exc.__traceback__, task.base_dir)) from None
+    stop = time.time()
+    runtime.record(task.run, task.name, "op", runtime.config.name, start, stop - start, _nbytes(value))
+    if task.log:
+        worker.log_event(LOG_TOPIC, f"Executing op {_tf_name(task.kind)} ({task.name}) in device {worker.name}")
+    return value
+
+
+def _tf_name(kind: str) -> str:
+    definition = lookup(kind)
+    return definition.tf_name if definition else kind
+
+
+def _with_timeout(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step: int) -> Any:
+    if task.timeout is None:
+        return kernel(task, runtime, inputs, step)
+    # A thread cannot be killed: past its timeout the op's thread is abandoned (its late result is dropped)
+    # and the run fails now. A daemon thread: the worker process can exit (the run end) without waiting
+    # for it, which a thread pool's non-daemon thread would make it do until the op returned by itself.
+    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def target() -> None:
+        try:
+            done.set_result(kernel(task, runtime, inputs, step))
+        except BaseException as exc:
+            done.set_exception(exc)
+
+    threading.Thread(target=target, name=f"op-{task.name}", daemon=True).start()
+    try:
+        return done.result(timeout=task.timeout)
+    except concurrent.futures.TimeoutError:
+        raise OpTimeoutError(task.name, runtime.config.name, task.timeout) from None
+
+
+def kernel(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step: int) -> Any:
+    """The op's kernel from the catalog, run with this device's array module."""
+    definition = lookup(task.kind)
+    if definition is None:
+        raise OrchestratorError(f"op '{task.name}': unknown op type '{task.kind}'")
+    result = definition.kernel(_Context(runtime, task, step), task.params, *inputs)
+    return tuple(result) if isinstance(result, (list, tuple)) else runtime.backend.xp.asarray(result)
+
+
+def move(name: str, device: str, run: str, value: Any) -> Any:
+    """Receive a value from another device: one explicit copy per consuming device."""
+    worker, runtime = _runtime()
+    start = time.time()
+    moved = runtime.backend.to_device(value, name)
+    runtime.record(run, name, "move", str(worker.name), start, time.time() - start, _nbytes(moved))
+    return moved
+
+
+def token(*_: Any) -> None:
+    """A control edge: done when its producer is, moving no data."""
+    return None
+
+
+def to_host(value: Any) -> Any:
+    _, runtime = _runtime()
+    return runtime.backend.to_host(value)
+
+
+def commit_saves(dask_worker: Any, run: str) -> list[str]:
+    """Run on every worker once a run has succeeded: its checkpoints take their places. The paths."""
+    _, runtime = _runtime(dask_worker)
+    with runtime.lock:
+        staged = runtime.staged.pop(run, {})
+    done = []
+    for staging, target in staged.items():
+        if os.path.exists(staging):
+            os.replace(staging, target)
+            done.append(target)
+    return done
+
+
+def discard_saves(dask_worker: Any, run: str) -> None:
+    """Run on every worker when a run failed: its checkpoints are dropped, existing files stay as they were."""
+    _, runtime = _runtime(dask_worker)
+    with runtime.lock:
+        staged = runtime.staged.pop(run, {})
+    for staging in staged:
+        if os.path.exists(staging):
+            os.unlink(staging)
+
+
+def abort_run(dask_worker: Any, run: str, why: str) -> None:
+    """Run on every worker (``Client.run``) when a run fails: wake every op waiting for a value of it."""
+    _, runtime = _runtime(dask_worker)
+    runtime.mailbox.abort(run, why)
+
+
+def drain_records(dask_worker: Any, run: str) -> dict[str, Any]:
+    """Run on every worker (``Client.run``) after a run: its records of that run, and its memory."""
+    worker, runtime = _runtime(dask_worker)
+    runtime.mailbox.forget(run)
+    with runtime.lock:
+        mine = [r for key, r in runtime.records.items() if key[0] == run]
+        for key in [k for k in runtime.records if k[0] == run]:
+            del runtime.records[key]
+    # what Dask itself says it moved into this worker for this run (its transfer log): key, bytes, when, from whom
+    received = [(key, int(nbytes), float(entry.get("start", 0.0)), float(entry.get("stop", 0.0)), str(entry.get("who")))
+                for entry in getattr(worker, "transfer_incoming_log", ())
+                for key, nbytes in entry.get("keys", {}).items() if run in str(key)]
+    return {"ran_on": str(worker.name), "records": mine, "memory": runtime.backend.stats(),
+            "created": runtime.created, "received": received}

@@ -1,0 +1,178 @@
+"""One device's part of a loop window: its body ops, step after step, in one Dask task.
+
+This is TensorFlow's execution model for a step function: every device gets
+its partition of the step once (here: once per window of steps) and runs it
+for each step, exchanging only the values that cross devices, worker to
+worker (:mod:`.exchange`), never through the scheduler. The window
+partitions of one window run side by side, one per device.
+
+Per step, each op takes its inputs from this step's earlier ops (local),
+from a value moved here before the loop started (an outer value, or a
+state's initial value), from the carried state, or from another device
+(received). After it runs, its value is sent to every other device that
+reads it at this step. A carried state lives where its update op runs; that
+device sends it on to its readers elsewhere, for the next step, and at the
+start of each window after the first. Each op keeps everything it has when
+it runs alone (memory charge, timeout, record, log line, errors naming it).
+
+The task returns the states this device carries (to the next window's
+partition on this device) and, for each metric computed here, the window's
+values stacked on the host (for the client).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import RunError
+from .exchange import Sent, Tag, send
+from .device import OpTask, Runtime, _runtime, execute
+
+# Where an input comes from at a step: (kind, slot, element)
+LOCAL, ARG, STATE, RECEIVED = 0, 1, 2, 3
+Source = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class StateRule:
+    """One carried state as this device sees it."""
+
+    name: str
+    owner: str  # the device whose update op makes it
+    update: tuple[int, int] | None  # (op slot, element) of the update op, when this device is the owner
+    first: Source | None  # its value at the window's first step, when this device needs it then
+    send_to: tuple[str, ...]  # the owner sends it to these devices for every step they read it
+
+
+@dataclass(frozen=True)
+class WindowTask:
+    """One device's part of one loop window."""
+
+    loop: int  # the loop's index in the spec (tags of values sent)
+    run: str
+    device: str
+    start: int  # the window's first step (counted across the steps of enclosing loops)
+    steps: int
+    first: bool  # the loop's first window: states start from values moved here before the loop
+    ops: tuple[OpTask, ...]  # this device's body ops, in the plan's order
+    inputs: tuple[tuple[Source, ...], ...]  # per op
+    sends: tuple[tuple[tuple[str, int, tuple[str, ...]], ...], ...]  # per op: (value, element, to devices)
+    received: tuple[tuple[str, str], ...]  # RECEIVED slot -> (value, sender device)
+    states: tuple[StateRule, ...]
+    metrics: tuple[tuple[int, int], ...]  # (op slot, element) of each metric computed here
+    frees: tuple[tuple[int, ...], ...]  # per op: op slots no later op of the step reads
+    n_args: int  # leading task arguments that are values; the rest only order the windows of a device
+    arg_index: tuple[int, ...] = ()  # per value argument: the element of a tuple it is, or -1
+
+
+def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
+    """Run this device's ops for the window's steps; the states it carries and its metrics."""
+    worker, runtime = _runtime()
+    backend = runtime.backend
+    outer = [a if not task.arg_index or task.arg_index[i] < 0 else a[task.arg_index[i]]
+             for i, a in enumerate(args[:task.n_args])]
+    del args
+    out = _Outgoing(worker, runtime, task)
+    state = _first_states(task, outer, out)
+    series: list[list[Any]] = [[] for _ in task.metrics]
+    last = task.start + task.steps - 1
+    for step in range(task.start, last + 1):
+        received: dict[int, Any] = {}
+        here = list(state)
+        for v, rule in enumerate(task.states):  # a state updated elsewhere arrives for each step after the first
+            if rule.update is None and rule.first is not None and (step > task.start or rule.first[0] == RECEIVED):
+                here[v] = None
+        env: list[Any] = [None] * len(task.ops)
+        for j, op in enumerate(task.ops):
+            raw = []
+            for kind, slot, element in task.inputs[j]:
+                if kind == LOCAL:
+                    value = env[slot]
+                elif kind == ARG:
+                    value = outer[slot]
+                elif kind == STATE:
+                    if here[slot] is None:
+                        rule = task.states[slot]
+                        out.flush()  # never wait with values unsent that another device may be waiting for
+                        here[slot] = _receive(runtime, task, step, f"state:{rule.name}", rule.owner, op.name)
+                    value = here[slot]
+                else:
+                    if slot not in received:
+                        ref, sender = task.received[slot]
+                        out.flush()
+                        received[slot] = _receive(runtime, task, step, ref, sender, op.name)
+                    value = received[slot]
+                raw.append(_element(value, element))
+            env[j] = execute(op, runtime, worker, tuple(raw), step)
+            for ref, element, devices in task.sends[j]:
+                out.add(step, ref, _element(env[j], element), devices)
+            for slot in task.frees[j]:
+                env[slot] = None
+        for m, (slot, element) in enumerate(task.metrics):
+            series[m].append(backend.to_host(_element(env[slot], element)))
+        for v, rule in enumerate(task.states):
+            if rule.update is not None:
+                state[v] = _element(env[rule.update[0]], rule.update[1])
+                if step < last and rule.send_to:
+                    out.add(step + 1, f"state:{rule.name}", state[v], rule.send_to)
+        out.flush()
+    out.wait()  # the window ends once every value it sent is on its way
+    carried = tuple(state[v] for v, rule in enumerate(task.states) if rule.update is not None)
+    return carried + tuple(np.stack([np.asarray(x) for x in values]) for values in series)
+
+
+def _first_states(task: WindowTask, outer: list[Any], out: _Outgoing) -> list[Any]:
+    """The states at the window's start: those moved here before the loop, the others to arrive."""
+    state: list[Any] = [None] * len(task.states)
+    for v, rule in enumerate(task.states):
+        if rule.first is not None and rule.first[0] == ARG:
+            state[v] = _element(outer[rule.first[1]], rule.first[2])
+    if not task.first:  # carried in from the last window: the owner passes it on to its readers elsewhere
+        for v, rule in enumerate(task.states):
+            if rule.update is not None and rule.send_to:
+                out.add(task.start, f"state:{rule.name}", state[v], rule.send_to)
+    return state
+
+
+def _element(value: Any, element: int) -> Any:
+    return value if element < 0 else value[element]
+
+
+class _Outgoing:
+    """Values to send, gathered per device: one message each when the step ends or before any wait."""
+
+    def __init__(self, worker: Any, runtime: Runtime, task: WindowTask):
+        self.worker, self.runtime, self.task = worker, runtime, task
+        self.pending: dict[str, list[tuple[Tag, Any]]] = {}
+        self.sent: list[Sent] = []
+
+    def add(self, step: int, ref: str, value: Any, devices: tuple[str, ...]) -> None:
+        host = self.runtime.backend.to_host(value)
+        for device in devices:
+            self.pending.setdefault(device, []).append(((self.task.loop, step, ref), host))
+
+    def flush(self) -> None:
+        for device, items in self.pending.items():
+            self.sent.append(send(self.worker, device, self.task.run, items))
+        self.pending.clear()
+
+    def wait(self) -> None:
+        for done in self.sent:
+            done.result()
+
+
+def _receive(runtime: Runtime, task: WindowTask, step: int, ref: str, sender: str, reader: str) -> Any:
+    import time
+
+    start = time.time()
+    try:
+        value = runtime.mailbox.take(task.run, (task.loop, step, ref), sender)
+    except RunError as exc:
+        raise RunError(f"op '{reader}' on {task.device}: {exc}") from None
+    moved = runtime.backend.to_device(value, reader)
+    runtime.record(task.run, f"{ref}@{task.device}", "exchange", task.device, start, time.time() - start,
+                   int(getattr(moved, "nbytes", 0)))
+    return moved

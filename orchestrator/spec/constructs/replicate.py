@@ -1,0 +1,89 @@
+"""``replicate``: multi-tower data parallelism (TF's make_parallel / MirroredStrategy).
+
+A replicate named ``towers`` makes ``towers/<i>/<op>`` for each copy of its
+body, one per device; ``towers/split/<x>`` for each split input (``:i`` is
+copy i's piece, colocated with ``x``); and ``towers.<out>`` for each
+combined output (``add_n``, ``mean`` or ``concat`` of the copies, on
+``combine_device`` if given). Broadcast inputs are read by every copy.
+
+A ``mean`` weighs each copy by the rows of its piece, so that it equals the
+mean over the whole batch when the split is uneven: its op records the
+splits that weigh it (``split``), and validation, the first stage that knows
+their lengths, records the weights themselves (:mod:`orchestrator.spec.validate.combine`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from ...errors import YamlPath
+from ..records import Op, OpRef
+from .base import Chain, Expander, Resolver
+
+COMBINE_KIND = {"add_n": "add_n", "mean": "mean_n", "concat": "concat"}
+
+
+class Replicate:
+    key: str = "replicate"
+    name_fields: tuple[str, ...] = ("split", "combine")
+    body_fields: tuple[str, ...] = ()
+    internal_ops: Mapping[str, str] = {"mean_n": "replicate's combine: {c: mean} makes it; to average inputs use add_n then div "
+                              "with scalar"}
+    reference_roles: Mapping[str, str] = {"split": "the split input '{ref}' of '{group}'"}
+
+    def expand(self, ex: Expander, item: Mapping[str, Any], path: YamlPath, prefix: str, chain: Chain,
+               resolve: Resolver, group: str | None) -> None:
+        name, spec = prefix + str(item["name"]), item["replicate"]
+        rpath = (*path, "replicate")
+        devices = ex.device_list(spec["devices"], (*rpath, "devices"), f"replicate '{name}'", chain)
+        if not devices:
+            return
+        subs_per_copy: list[dict[str, OpRef]] = [{} for _ in devices]
+        splits: list[str] = []
+        for x, axis in (spec.get("split") or {}).items():
+            split_name = f"{name}/split/{x}"
+            source = resolve(str(x))
+            ex.ops.append(Op(split_name, "split", (source,), {"num": len(devices), "axis": axis},
+                             (*rpath, "split", x), device_chain=chain, colocate_with=source,
+                             group=name, outputs=len(devices)))
+            splits.append(split_name)
+            for i, subs in enumerate(subs_per_copy):
+                subs[str(x)] = OpRef(split_name, i)
+        body = spec["body"]
+        local = ex.local_names(body)
+        for i, req in enumerate(devices):
+            copy_prefix = f"{name}/{i}/"
+            inner = ex.scoped(copy_prefix, local, subs_per_copy[i], resolve)
+            ex.items(body, (*rpath, "body"), copy_prefix, chain + (req,), inner, name)
+        combine_chain = chain
+        if "combine_device" in spec:
+            combine = ex.device(spec["combine_device"], (*rpath, "combine_device"),
+                                f"replicate '{name}' combine_device")
+            combine_chain = chain + ((combine,) if combine else ())
+        for out, how in (spec.get("combine") or {}).items():
+            if not ex.body_defines(local, str(out), (*rpath, "combine", out), "combine", name, key=True):
+                continue
+            refs = tuple(OpRef(f"{name}/{i}/{out}") for i in range(len(devices)))
+            params: dict[str, Any] = {}
+            if how == "concat":
+                params = {"axis": 0}
+            elif how == "mean":  # whose pieces' rows weigh the copies (validation knows their lengths)
+                params = {"split": list(splits)}
+            ex.ops.append(Op(f"{name}.{out}", COMBINE_KIND[how], refs, params, (*rpath, "combine", out),
+                             device_chain=combine_chain, group=name))
+
+    def local_names(self, ex: Expander, item: Mapping[str, Any]) -> set[str]:
+        combine = (item.get("replicate") or {}).get("combine") or {}
+        return {f"{item.get('name')}.{out}" for out in combine}
+
+    def body(self, item: Mapping[str, Any]) -> tuple[Sequence[Any], tuple[str, ...]]:
+        return item["replicate"]["body"], ("replicate", "body")
+
+    def size(self, item: Mapping[str, Any], items: Callable[[Sequence[Any]], int],
+             devices: Callable[[Any], int]) -> int:
+        spec = item["replicate"]
+        copies = devices(spec.get("devices"))
+        return copies * items(spec["body"]) + copies * len(spec.get("split") or {}) + len(spec.get("combine") or {})
+
+
+REPLICATE = Replicate()
