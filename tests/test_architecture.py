@@ -152,3 +152,30 @@ def test_partitions_and_loop_modes_are_decided_once_by_planning() -> None:
     callers = {name: sorted(_names_imported(path, name, "orchestrator.plan.partition") & deciders)
                for name, path in files.items()}
     assert {name: used for name, used in callers.items() if used} == {"orchestrator.api": ["plan_tasks"]}
+
+
+def test_no_module_over_400_lines_and_no_function_over_60() -> None:
+    """The house's size rule: a reader holds a module, or a function, in one view."""
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        lines = len(text.splitlines())
+        if lines > 400:
+            too_long.append(f"{path.relative_to(PACKAGE)}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > 60:
+                    too_long.append(f"{path.relative_to(PACKAGE)}: {node.name} is {length} lines")
+    assert too_long == []
+
+
+def test_the_package_lists_as_the_pipeline() -> None:
+    """The top of the tree: a package per stage, the entry points, the registries and the base; nothing loose."""
+    entries = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__")
+    assert entries == sorted([
+        "__init__.py", "__main__.py", "entry.py", "cli", "api.py",  # how users come in
+        "spec", "plan", "compile", "execute", "runtime", "report", "cache",  # the stages
+        "ops", "formats.py", "strategies.py", "backend_registry.py",  # what the spec language names
+        "devices.py", "errors.py", "atomic.py", "perf.py", "paths.py",  # the base
+    ])

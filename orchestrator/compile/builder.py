@@ -181,19 +181,13 @@ class GraphBuilder:
         n_args = len(args)
         refs = [OpRef.parse(text) for text in publish]
         kept = {(True, local[r.op]) for r in refs}
-        frees: list[list[int]] = [[] for _ in part.ops]
-        for (is_local, slot), j in last_reader.items():
-            if (is_local, slot) not in kept:
-                frees[j].append(n_args + slot if is_local else slot)
-        for j in range(len(part.ops)):
-            if (True, j) not in kept and (True, j) not in last_reader:
-                frees[j].append(n_args + j)  # read by no later op here and not returned: drop it at once
+        frees = _frees(len(part.ops), n_args, last_reader, kept)
         inputs = tuple(tuple((n_args + slot if is_local else slot, element) for is_local, slot, element in row)
                        for row in wires)
         returned = tuple((n_args + local[r.op], r.output if r.output is not None and spec.op(r.op).outputs > 1
                           else -1) for r in refs)
         payload = PartitionTask(part.label, tuple(self.op_task(name, step) for name in part.ops), inputs,
-                                tuple(tuple(sorted(f)) for f in frees), returned, n_args,
+                                frees, returned, n_args,
                                 tuple(arg_index) if any(i >= 0 for i in arg_index) else ())
         first = spec.op(part.ops[0])
         key = self.names.partition(part.label, first.kind, first.params, suffix)
@@ -260,3 +254,16 @@ class _Lookup:
 
     def __call__(self, key: str) -> Any:
         return self.table.get(key, self.default)
+
+
+def _frees(n_ops: int, n_args: int, last_reader: Mapping[tuple[bool, int], int],
+           kept: Collection[tuple[bool, int]]) -> tuple[tuple[int, ...], ...]:
+    """Per op of a partition, the slots no later op reads (arguments, then the ops' values), to drop at once."""
+    frees: list[list[int]] = [[] for _ in range(n_ops)]
+    for (is_local, slot), j in last_reader.items():
+        if (is_local, slot) not in kept:
+            frees[j].append(n_args + slot if is_local else slot)
+    for j in range(n_ops):
+        if (True, j) not in kept and (True, j) not in last_reader:
+            frees[j].append(n_args + j)  # read by no later op here and not returned: drop it at once
+    return tuple(tuple(sorted(f)) for f in frees)

@@ -29,6 +29,7 @@ schedules, retries and recovers on its own.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from dask.task_spec import Task, TaskRef
@@ -80,15 +81,20 @@ def compile_gang_prep(plan: Plan, loop: Loop, state: LoopState, options: Compile
     return compiled, LoopState(state.carried, state.known, {**state.outer_moves, **moves}, placed, {})
 
 
-def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, options: CompileOptions,
-                        offset: int = 0) -> CompiledWindow:
-    """One task per device running its body ops for steps ``start .. start + window - 1`` (plus ``offset``)."""
-    spec = plan.spec
-    index = spec.loops.index(loop)
-    suffix = f"-{options.token}-L{index}w{offset + start}"
-    last = min(loop.steps, start + loop.window)
-    builder = GraphBuilder(plan, options.token, options.base_dir, suffix=suffix, out_dir=options.out_dir,
-                           task_names=options.task_names)
+@dataclass(frozen=True)
+class _Shape:
+    """Who does what in a gang window: the body's ops, their devices and slots, each state's owner and readers."""
+
+    order: list[str]  # the body's ops in plan order (state placeholders left out)
+    device_of: dict[str, str]
+    devices: list[str]
+    slot: dict[str, int]  # an op's index among its device's ops
+    placeholders: dict[str, int]  # a state's placeholder op -> the state's index
+    owner: dict[int, str]  # state index -> the device of its update op
+    readers: dict[int, set[str]]  # state index -> devices that read it
+
+
+def _shape(plan: Plan, loop: Loop) -> _Shape:
     placeholders = {var.placeholder: v for v, var in enumerate(loop.state)}
     order = [p.op for p in plan.placements if p.op in set(loop.body) and p.op not in placeholders]
     device_of = {name: plan.placement(name).device.to_string() for name in order}
@@ -97,97 +103,141 @@ def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, op
     owner = {v: device_of[var.update.op] for v, var in enumerate(loop.state)}
     readers: dict[int, set[str]] = {v: set() for v in placeholders.values()}
     for name in order:
-        for ref in spec.op(name).inputs:
+        for ref in plan.spec.op(name).inputs:
             if ref.op in placeholders:
                 readers[placeholders[ref.op]].add(device_of[name])
-    # every value read on another device at the same step: sent right after it is made
-    sends: dict[str, dict[int, list[tuple[str, int, list[str]]]]] = {d: {} for d in devices}
-    for name in order:
-        for ref in spec.op(name).inputs:
+    return _Shape(order, device_of, devices, slot, placeholders, owner, readers)
+
+
+def _sends(plan: Plan, shape: _Shape) -> dict[str, dict[int, list[tuple[str, int, list[str]]]]]:
+    """Per device and op slot, every value read on another device at the same step: sent right after it is made."""
+    sends: dict[str, dict[int, list[tuple[str, int, list[str]]]]] = {d: {} for d in shape.devices}
+    device_of = shape.device_of
+    for name in shape.order:
+        for ref in plan.spec.op(name).inputs:
             if ref.op in device_of and device_of[ref.op] != device_of[name]:
-                outgoing = sends[device_of[ref.op]].setdefault(slot[ref.op], [])
+                outgoing = sends[device_of[ref.op]].setdefault(shape.slot[ref.op], [])
                 entry = next((e for e in outgoing if e[0] == str(ref)), None)
                 if entry is None:
                     outgoing.append((str(ref), _element(plan, ref), [device_of[name]]))
                 elif device_of[name] not in entry[2]:
                     entry[2].append(device_of[name])
+    return sends
+
+
+@dataclass
+class _Args:
+    """A window task's value arguments: one per (key, element) it reads, in the order first read."""
+
+    refs: list[Any] = field(default_factory=list)
+    index: list[int] = field(default_factory=list)
+    slots: dict[tuple[str, int | None], int] = field(default_factory=dict)
+
+    def slot(self, key: str, index: int | None) -> int:
+        if (key, index) not in self.slots:
+            self.slots[(key, index)] = len(self.refs)
+            self.refs.append(TaskRef(key))
+            self.index.append(-1 if index is None else index)
+        return self.slots[(key, index)]
+
+
+def _state_rules(plan: Plan, loop: Loop, shape: _Shape, d: str, start: int, state: LoopState,
+                 args: _Args) -> tuple[list[int], list[StateRule]]:
+    """The states device ``d`` updates or reads, and how each starts the window (argument, received)."""
+    relevant = [v for v in shape.placeholders.values() if shape.owner[v] == d or d in shape.readers[v]]
+    previous = state.last_windows.get(d)
+    owned = [v for v in relevant if shape.owner[v] == d]
+    rules = []
+    for v in relevant:
+        var, owner, readers = loop.state[v], shape.owner[v], shape.readers[v]
+        first: tuple[int, int, int] | None = None
+        if start == 0 and d in readers:
+            first = (ARG, args.slot(*state.placed[(f"state:{var.name}", d)]), -1)
+        elif start > 0 and owner == d:
+            assert previous is not None
+            first = (ARG, args.slot(previous, owned.index(v)), -1)
+        elif start > 0 and d in readers:
+            first = (RECEIVED, -1, -1)
+        update = (shape.slot[var.update.op], _element(plan, var.update)) if owner == d else None
+        rules.append(StateRule(var.name, owner, update, first, tuple(sorted(readers - {d})) if owner == d else ()))
+    return relevant, rules
+
+
+def _inputs(plan: Plan, shape: _Shape, d: str, mine: list[str], relevant: list[int], state: LoopState,
+            args: _Args) -> tuple[list[tuple[tuple[int, int, int], ...]], list[tuple[str, str]], dict[int, int]]:
+    """Where each of ``d``'s ops takes each input at a step; the values received; the last reader of each slot."""
+    state_slot = {v: i for i, v in enumerate(relevant)}
+    received: list[tuple[str, str]] = []
+    inputs = []
+    last_reader: dict[int, int] = {}
+    for j, name in enumerate(mine):
+        row = []
+        for ref in plan.spec.op(name).inputs:
+            if ref.op in shape.placeholders:
+                row.append((STATE, state_slot[shape.placeholders[ref.op]], -1))
+            elif ref.op in shape.device_of and shape.device_of[ref.op] == d:
+                row.append((LOCAL, shape.slot[ref.op], _element(plan, ref)))
+                last_reader[shape.slot[ref.op]] = j
+            elif ref.op in shape.device_of:
+                wanted = (str(ref), shape.device_of[ref.op])
+                if wanted not in received:
+                    received.append(wanted)
+                row.append((RECEIVED, received.index(wanted), -1))
+            else:
+                row.append((ARG, args.slot(*state.placed[(str(ref), d)]), -1))
+        inputs.append(tuple(row))
+    return inputs, received, last_reader
+
+
+def _frees(count: int, kept: set[int], last_reader: dict[int, int]) -> tuple[tuple[int, ...], ...]:
+    """Per op, the slots no later op of the step reads and the window does not keep: dropped at once."""
+    frees: list[list[int]] = [[] for _ in range(count)]
+    for s, j in last_reader.items():
+        if s not in kept:
+            frees[j].append(s)
+    for j in range(count):
+        if j not in kept and j not in last_reader:
+            frees[j].append(j)
+    return tuple(tuple(sorted(f)) for f in frees)
+
+
+def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, options: CompileOptions,
+                        offset: int = 0) -> CompiledWindow:
+    """One task per device running its body ops for steps ``start .. start + window - 1`` (plus ``offset``)."""
+    index = plan.spec.loops.index(loop)
+    suffix = f"-{options.token}-L{index}w{offset + start}"
+    last = min(loop.steps, start + loop.window)
+    builder = GraphBuilder(plan, options.token, options.base_dir, suffix=suffix, out_dir=options.out_dir,
+                           task_names=options.task_names)
+    shape = _shape(plan, loop)
+    sends = _sends(plan, shape)
     keys = {d: builder.names.window(loop.name, _short(plan.spec.cluster.device(d).spec  # type: ignore[union-attr]
-                                                        ), suffix) for d in devices}
+                                                        ), suffix) for d in shape.devices}
     carried: dict[str, Located] = {}
     metric_keys: dict[str, str] = {}
-    for d in devices:
-        mine = [name for name in order if device_of[name] == d]
-        args: list[Any] = []
-        arg_index: list[int] = []
-        arg_of: dict[tuple[str, int | None], int] = {}
-
-        def arg(key: str, index: int | None) -> int:
-            if (key, index) not in arg_of:
-                arg_of[(key, index)] = len(args)
-                args.append(TaskRef(key))
-                arg_index.append(-1 if index is None else index)
-            return arg_of[(key, index)]
-
-        relevant = [v for v in placeholders.values() if owner[v] == d or d in readers[v]]
-        state_slot = {v: i for i, v in enumerate(relevant)}
-        previous = state.last_windows.get(d)
-        owned = [v for v in relevant if owner[v] == d]
-        rules = []
-        for v in relevant:
-            var = loop.state[v]
-            first: tuple[int, int, int] | None = None
-            if start == 0 and d in readers[v]:
-                first = (ARG, arg(*state.placed[(f"state:{var.name}", d)]), -1)
-            elif start > 0 and owner[v] == d:
-                assert previous is not None
-                first = (ARG, arg(previous, owned.index(v)), -1)
-            elif start > 0 and d in readers[v]:
-                first = (RECEIVED, -1, -1)
-            update = (slot[var.update.op], _element(plan, var.update)) if owner[v] == d else None
-            rules.append(StateRule(var.name, owner[v], update, first,
-                                   tuple(sorted(readers[v] - {d})) if owner[v] == d else ()))
-        received: list[tuple[str, str]] = []
-        inputs = []
-        last_reader: dict[int, int] = {}
-        for j, name in enumerate(mine):
-            row = []
-            for ref in spec.op(name).inputs:
-                if ref.op in placeholders:
-                    row.append((STATE, state_slot[placeholders[ref.op]], -1))
-                elif ref.op in device_of and device_of[ref.op] == d:
-                    row.append((LOCAL, slot[ref.op], _element(plan, ref)))
-                    last_reader[slot[ref.op]] = j
-                elif ref.op in device_of:
-                    wanted = (str(ref), device_of[ref.op])
-                    if wanted not in received:
-                        received.append(wanted)
-                    row.append((RECEIVED, received.index(wanted), -1))
-                else:
-                    row.append((ARG, arg(*state.placed[(str(ref), d)]), -1))
-            inputs.append(tuple(row))
-        metrics = [(slot[ref.op], _element(plan, ref)) for _, ref in loop.metrics if device_of[ref.op] == d]
+    for d in shape.devices:
+        mine = [name for name in shape.order if shape.device_of[name] == d]
+        args = _Args()
+        relevant, rules = _state_rules(plan, loop, shape, d, start, state, args)
+        inputs, received, last_reader = _inputs(plan, shape, d, mine, relevant, state, args)
+        metrics = [(shape.slot[ref.op], _element(plan, ref)) for _, ref in loop.metrics
+                   if shape.device_of[ref.op] == d]
         kept = {s for s, _ in metrics} | {rule.update[0] for rule in rules if rule.update is not None}
-        frees: list[list[int]] = [[] for _ in mine]
-        for s, j in last_reader.items():
-            if s not in kept:
-                frees[j].append(s)
-        for j in range(len(mine)):
-            if j not in kept and j not in last_reader:
-                frees[j].append(j)
-        n_args = len(args)
+        owned = [v for v in relevant if shape.owner[v] == d]
+        previous = state.last_windows.get(d)
         controls = [TaskRef(previous)] if previous is not None and not owned else []
         payload = WindowTask(index, options.token, d, offset + start, last - start, start == 0,
                              tuple(builder.op_task(n, 0) for n in mine),
                              tuple(inputs), tuple(tuple((r, e, tuple(to)) for r, e, to in sends[d].get(j, ()))
                                                   for j in range(len(mine))),
-                             tuple(received), tuple(rules), tuple(metrics), tuple(tuple(sorted(f)) for f in frees),
-                             n_args, tuple(arg_index) if any(i >= 0 for i in arg_index) else ())
+                             tuple(received), tuple(rules), tuple(metrics), _frees(len(mine), kept, last_reader),
+                             len(args.refs), tuple(args.index) if any(i >= 0 for i in args.index) else ())
         device = DeviceSpec.parse(d)
-        builder.add(keys[d], Task(keys[d], run_window, payload, *args, *controls), device, mine[0], 0)
+        builder.add(keys[d], Task(keys[d], run_window, payload, *args.refs, *controls), device, mine[0], 0)
         builder.partition_ops[keys[d]] = tuple(mine)
         for i, v in enumerate(owned):
             carried[loop.state[v].name] = Located(keys[d], device, i)
-        here = [(name, ref) for name, ref in loop.metrics if device_of[ref.op] == d]
+        here = [(name, ref) for name, ref in loop.metrics if shape.device_of[ref.op] == d]
         for position, (name, ref) in enumerate(here, start=len(owned)):
             metric_keys[name] = builder.materialize(Located(keys[d], device, position), ref).key
     compiled = builder.build({}, {})

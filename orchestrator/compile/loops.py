@@ -55,10 +55,7 @@ def compile_window(plan: Plan, loop: Loop, start: int, state: LoopState, options
     body = set(loop.body)
     order = [p.op for p in plan.placements if p.op in body]
     state_of = {var.placeholder: var for var in loop.state}
-    read_in_body = {ref.op for name in order for ref in spec.op(name).inputs} | \
-        {a for name in order for a in spec.op(name).after}
-    ends = {var.update.op for var in loop.state} | {ref.op for _, ref in loop.metrics}
-    body_sinks = [n for n in order if n not in read_in_body and n not in ends and n not in state_of]
+    body_sinks = _body_sinks(plan, loop, order)
     outer_keys = {located.key for located in state.known.values()}
     index = spec.loops.index(loop)
     by_partition = options.granularity != "op"
@@ -106,6 +103,16 @@ def compile_window(plan: Plan, loop: Loop, start: int, state: LoopState, options
     compiled = builder.build({}, {})
     persistent = {pair: key for pair, key in compiled.moves.items() if pair[0] in outer_keys}
     return CompiledWindow(compiled, carried, tuple(metric_keys), tuple(sink_keys), persistent, last)
+
+
+def _body_sinks(plan: Plan, loop: Loop, order: list[str]) -> list[str]:
+    """Body ops nothing reads: no later op, no state update, no metric (their tasks are waited for)."""
+    spec = plan.spec
+    read_in_body = {ref.op for name in order for ref in spec.op(name).inputs} | \
+        {a for name in order for a in spec.op(name).after}
+    ends = {var.update.op for var in loop.state} | {ref.op for _, ref in loop.metrics}
+    placeholders = {var.placeholder for var in loop.state}
+    return [n for n in order if n not in read_in_body and n not in ends and n not in placeholders]
 
 
 def after_window(state: LoopState, window: CompiledWindow) -> LoopState:

@@ -25,9 +25,9 @@ its plan names.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -44,13 +44,13 @@ from ..compile import (
     lookup_value,
     loop_start,
 )
-from ..devices import DeviceSpec
 from ..errors import RunError
-from ..compile.records import CompiledGraph, CompiledWindow, Located
+from ..compile.records import CompiledWindow, Located
 from ..plan.records import Plan
 from ..spec.records import Loop, OpRef
 from ..ops import lookup
 from .caching import CacheUse
+from .submitter import Submitter
 from .outputs import metric_value
 
 
@@ -63,17 +63,6 @@ def _parent(loop: Loop, loops: Sequence[Loop]) -> str | None:
     """The innermost loop holding ``loop`` (its body names start with that loop's name and '/')."""
     holders = [other.name for other in loops if other is not loop and loop.name.startswith(other.name + "/")]
     return max(holders, key=len) if holders else None
-
-
-class Submitter(Protocol):
-    """What the loop driver needs of the runner: send graphs, wait for keys, place a client value."""
-
-    def submit(self, compiled: CompiledGraph, keys: Sequence[str]) -> dict[str, Any]: ...
-    def gather(self, output_keys: Mapping[str, str], futures: Mapping[str, Any],
-               sinks: Sequence[str] = ()) -> dict[str, Any]: ...
-    def scatter(self, value: Any, device: DeviceSpec) -> Any: ...
-    def wait_for(self, futures: Sequence[Any]) -> None: ...
-    def loop_progress(self, loop: str, done: int, steps: int) -> None: ...
 
 
 @dataclass
