@@ -187,7 +187,7 @@ class RunResult:
 
     name: str
     values: Mapping[str, Any]
-    records: RunReport
+    run_report: RunReport  # the record; ``report`` is the same as the JSON dict ``run --report`` writes
     plan: Plan = field(repr=False)
     backend: str = "simulated"
     dashboard_link: str | None = None
@@ -196,4 +196,4 @@ class RunResult:
     @property
     def report(self) -> dict[str, Any]:
         """The run report as the JSON ``run --report`` writes."""
-        return self.records.as_dict()
+        return self.run_report.as_dict()

@@ -68,7 +68,6 @@ class OpDef:
     writes: tuple[str, ...] = ()  # parameters naming files written (relative to the output directory)
     user_code: bool = False  # runs a user function (imported on the worker, never by validate or plan)
     outputs_param: str | None = None  # the parameter that says how many values it returns (split: num)
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def params(self) -> frozenset[str]:
