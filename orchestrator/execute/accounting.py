@@ -1,7 +1,7 @@
 """The run report, built from what the workers recorded, and the check that the plan was kept.
 
 Every op records, from inside the worker that ran it, where it ran, when,
-for how long and how many bytes it made (``tasks.Runtime.record``); the
+for how long and how many bytes it made (``runtime.Runtime.record``); the
 runner drains those records once per run. Here they become the run
 report's :class:`~orchestrator.execute.records.OpRecord` per op, and each op's
 worker is compared with its planned device: any difference fails the run

@@ -20,7 +20,7 @@ handed to ``get_sync``, for three things ``get_sync`` does not do:
 * **Devices.** A task runs in the :class:`~orchestrator.runtime.Runtime` of
   the device it is pinned to (its identity resource; on ``GPU:*``, a GPU of
   its task holding one of its inputs, else the next in turn, as Dask prefers
-  data locality). ``tasks`` finds that runtime through the worker lookup
+  data locality). the ``runtime`` package finds it through the worker lookup
   (:func:`~orchestrator.runtime.bind`), bound here for the run to an
   :class:`InProcessDevice` standing for the device's worker: the same
   backend, memory accounting, records and placement log as on a worker.
@@ -48,7 +48,7 @@ keeps both forms equal). That needs no in-process courier; ``nested``,
 State. For one run: each device's :class:`InProcessDevice` (its runtime is
 made for the run and dropped after it), a weak map from key to the live
 :class:`Done` holding its value and device, and the turn of ``GPU:*`` tasks.
-When the run ends, the previous worker lookup of ``tasks`` is put back, and
+When the run ends, the previous worker lookup of ``runtime`` is put back, and
 so is ``sys.path``; the spec's own modules imported by the run are forgotten,
 so the next run imports them afresh, as a new cluster's workers would.
 """
@@ -85,7 +85,7 @@ from .run import Echo, Runner
 
 
 class InProcessDevice:
-    """Stands for one device's Dask worker: what ``tasks`` asks of a worker (name, runtime, log, transfers)."""
+    """Stands for one device's Dask worker: what ``runtime`` asks of a worker (name, runtime, log, transfers)."""
 
     def __init__(self, runtime: Runtime, echo: Echo):
         self.name = runtime.config.name
