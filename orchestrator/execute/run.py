@@ -26,7 +26,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -209,9 +209,15 @@ class Runner:
         self.phases["collect records"] = time.perf_counter() - collecting
         report = replace(report, phases_seconds=dict(self.phases),
                          startup_seconds=self.phases.get("connect", 0.0) + self.phases.get("prepare workers", 0.0))
+        return self.finish(report, values, lambda: [p for paths in client.run(commit_saves, run=self.token).values()
+                                                    for p in paths], link)
+
+    def finish(self, report: RunReport, values: dict[str, Any], commit: Callable[[], Iterable[str]],
+               link: str | None) -> RunResult:
+        """After a run that succeeded: the outputs, then the checkpoints into place, then the report file."""
         written = write_outputs(self.spec, values, self.output_dir, self.echo) if self.settings.write_outputs else ()
         # checkpoints saved by ops take their places only now that the whole run has succeeded
-        for path in sorted(p for paths in client.run(commit_saves, run=self.token).values() for p in paths):
+        for path in sorted(commit()):
             self.echo(f"saved {os.path.relpath(path)}")
         self.saves_settled = True
         if self.settings.report_path:
@@ -222,11 +228,7 @@ class Runner:
 
     def submit(self, compiled: CompiledGraph, keys: Sequence[str], progress: bool = False) -> dict[str, Any]:
         """Send a graph; return futures for ``keys`` and for its sinks (ops nothing reads)."""
-        self.key_owner.update(compiled.key_owner)
-        self.partition_ops.update(compiled.partition_ops)
-        self.task_count += len(compiled.tasks)
-        self.move_count += compiled.transfers
-        wanted = list(dict.fromkeys([*keys, *compiled.sink_keys]))
+        wanted = self.account(compiled, keys)
         futures = self.client.get(compiled.graph, wanted, sync=False, optimize_graph=False)
         if progress and (self.settings.progress or (self.settings.progress is None and sys.stdout.isatty())):
             from distributed import progress as progress_bar
@@ -234,6 +236,14 @@ class Runner:
             progress_bar(futures)
             print()
         return dict(zip(wanted, futures))
+
+    def account(self, compiled: CompiledGraph, keys: Sequence[str]) -> list[str]:
+        """Remember who owns each key (errors name the op) and count the graph; the keys to wait for."""
+        self.key_owner.update(compiled.key_owner)
+        self.partition_ops.update(compiled.partition_ops)
+        self.task_count += len(compiled.tasks)
+        self.move_count += compiled.transfers
+        return list(dict.fromkeys([*keys, *compiled.sink_keys]))
 
     def gather(self, output_keys: Mapping[str, str], futures: Mapping[str, Any],
                sinks: Sequence[str] = ()) -> dict[str, Any]:

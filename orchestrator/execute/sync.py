@@ -58,7 +58,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import importlib
-import json
 import os
 import sys
 import time
@@ -69,7 +68,6 @@ from typing import Any
 
 import numpy as np
 
-from ..atomic import write_text
 from ..devices import ANY, DeviceSpec
 from ..errors import OrchestratorError, RunError
 from ..compile.records import CompiledGraph
@@ -80,7 +78,7 @@ from ..runtime import (RUNTIME_ATTRIBUTE, Runtime, bind, commit_saves, device_re
                      task_resource)
 from .cluster import device_configs
 from .loops import StagedRun
-from .outputs import refuse_overwrites, write_outputs
+from .outputs import refuse_overwrites
 from .run import Echo, Runner
 
 
@@ -255,25 +253,14 @@ class SyncRunner(Runner):
         report = self._report(drained, started, elapsed)
         self.phases["collect records"] = time.perf_counter() - collecting
         report = replace(report, phases_seconds=dict(self.phases), mode="sync")
-        written = write_outputs(self.spec, values, self.output_dir, self.echo) if self.settings.write_outputs else ()
-        # checkpoints saved by ops take their places only now that the whole run has succeeded
-        for path in sorted(p for device in self.devices.values() for p in commit_saves(device, run=self.token)):
-            self.echo(f"saved {os.path.relpath(path)}")
-        self.saves_settled = True
-        if self.settings.report_path:
-            write_text(self.settings.report_path, json.dumps(report.as_dict(), indent=2, default=str) + "\n")
-        return RunResult(self.spec.name, values, report, self.plan, self.backend, None, written)
+        return self.finish(report, values, lambda: [p for device in self.devices.values()
+                                                    for p in commit_saves(device, run=self.token)], None)
 
     # ------------------------------------------------------------------ the submitter of StagedRun
 
     def submit(self, compiled: CompiledGraph, keys: Sequence[str], progress: bool = False) -> dict[str, Any]:
         """Run a graph now; finished futures for ``keys`` and for its sinks. An op's error is raised here."""
-        self.key_owner.update(compiled.key_owner)
-        self.partition_ops.update(compiled.partition_ops)
-        self.task_count += len(compiled.tasks)
-        self.move_count += compiled.transfers
-        wanted = list(dict.fromkeys([*keys, *compiled.sink_keys]))
-        done = self.execute(compiled, wanted)
+        done = self.execute(compiled, self.account(compiled, keys))
         self.live.update(done)
         return dict(done)
 
