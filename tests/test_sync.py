@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from test_loops import NESTED as LOOPS_NESTED
+
 from orchestrator import run_file
 from orchestrator.api import RunResult
 from orchestrator.cli import run_cli
@@ -119,35 +121,11 @@ def test_polyfit_gang_windows_on_the_cluster_are_steps_in_order_here(tmp_path: P
     assert len(here.values["train.loss"]) == 120
 
 
-NESTED = """\
-    version: 1
-    cluster: {jobs: {localhost: {gpus: 1}}}
-    graph:
-      - {name: w0, op: zeros, shape: [3], device: /cpu:0}
-      - name: epochs
-        iterate:
-          steps: 3
-          state: {w: w0}
-          body:
-            - {name: lr, op: fill, shape: [], value: 0.5, device: /cpu:0}
-            - name: batches
-              iterate:
-                steps: 4
-                window: 3
-                state: {v: w}
-                body:
-                  - {name: x, op: random.uniform, shape: [3], seed: 1, device: /gpu:0}
-                  - {name: g, op: mul, inputs: [x, lr], device: /gpu:0}
-                  - {name: v1, op: add, inputs: [v, g], device: /cpu:0}
-                  - {name: s1, op: sum, inputs: [v1], device: /cpu:0}
-                update: {v: v1}
-                metrics: {s: s1}
-            - {name: w1, op: mul, inputs: [batches.v], scalar: 0.9, device: /cpu:0}
-            - {name: m1, op: sum, inputs: [w1], device: /cpu:0}
-          update: {w: w1}
-          metrics: {m: m1}
-    outputs: {epochs.w: w.npy, epochs.m: m.csv}
-    """
+# test_loops' epochs of batches, its results written to files (the runs compare files too)
+NESTED = LOOPS_NESTED.replace('''    outputs:
+      epochs.w: "-"
+      epochs.m: "-"
+''', "    outputs: {epochs.w: w.npy, epochs.m: m.csv}\n")
 
 
 @pytest.mark.cluster

@@ -31,18 +31,16 @@ import io
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from ..atomic import write_bytes, write_text
-from ..errors import OrchestratorError, UsageError
 from ..plan.records import Plan
-from ..spec.records import Loop, OpRef
+from ..spec.records import Loop, Op, OpRef
 from ..ops import lookup
 
 FORMAT = 1
@@ -51,68 +49,6 @@ FORMAT = 1
 def default_directory(spec_dir: str) -> str:
     """A spec's cache directory when none is given: ``.orchestrate/cache`` beside it."""
     return os.path.join(spec_dir, ".orchestrate", "cache")
-
-
-def directory_problem(directory: str, write: bool) -> str | None:
-    """Why ``directory`` cannot hold a cache, or None. One that does not exist yet is fine if it can be made.
-
-    Permission bits do not settle writing (root passes every check, a read-only mount fails none), so a
-    write is also tried: a temporary file in the nearest folder that exists, gone as soon as it is closed.
-    """
-    existing = directory
-    while not os.path.lexists(existing):
-        parent = os.path.dirname(existing) or "."
-        if parent == existing:
-            break
-        existing = parent
-    if not os.path.isdir(existing):
-        if existing == directory:
-            return f"cache directory '{directory}' is a file, not a directory"
-        return f"cache directory '{directory}' is inside '{existing}', which is a file, not a directory"
-    if not write:
-        return None
-    try:
-        if not os.access(existing, os.W_OK | os.X_OK):
-            raise PermissionError(13, "permission denied")
-        with tempfile.TemporaryFile(dir=existing, prefix=".orchestrate-probe-"):
-            pass
-    except OSError as exc:
-        where = "" if existing == directory else f" (in '{existing}')"
-        return f"cache directory '{directory}' cannot be written{where}: {exc.strerror or exc}"
-    return None
-
-
-class CacheSettings(Protocol):
-    """The run settings the cache reads (``RunSettings`` has them; the cache sits below the run)."""
-
-    @property
-    def use_cache(self) -> bool: ...
-    @property
-    def cache_dir(self) -> str | None: ...
-    @property
-    def resume(self) -> bool: ...
-
-
-def check_settings(plan: Plan, settings: CacheSettings) -> None:
-    """Before a run starts: cache options that cannot work are refused, not found out midway.
-
-    The directory is checked only when the run would use it (an op's ``cache:``, ``--resume``) or it was
-    named: a spec that caches nothing runs from a read-only folder.
-    """
-    if settings.resume and not settings.use_cache:
-        raise UsageError("--resume reads and writes the cache, and --no-cache turns it off: give one of them")
-    if settings.cache_dir is not None and not settings.cache_dir.strip():
-        raise UsageError("--cache-dir is empty: give a directory, or leave the option out for .orchestrate/cache "
-                         "beside the spec")
-    spec = plan.spec
-    wanted = settings.resume or any(spec.caches(name) for name in (*(o.name for o in spec.ops),
-                                                                   *(lp.name for lp in spec.loops)))
-    if not settings.use_cache or not (wanted or settings.cache_dir is not None):
-        return
-    directory = settings.cache_dir or default_directory(os.path.abspath(spec.document.directory))
-    problem = directory_problem(directory, write=True)
-    if problem is not None:
-        raise OrchestratorError(f"{problem} (give --cache-dir a directory this run can write, or --no-cache)")
 
 
 # Keys that say where or how an op runs, not what it computes: never part of a key.
@@ -207,16 +143,13 @@ def _op_key(plan: Plan, name: str, known: Mapping[str, Key], base_dir: str, file
     parts: dict[str, str] = {"kind": op.kind, "outputs": str(op.outputs)}
     parts.update({f"param:{k}": _hash(v) for k, v in params.items()})
     parts.update({f"input:{ref}": source for ref, source in zip(op.inputs, inputs)})
-    definition = lookup(op.kind)
-    if definition is not None and definition.user_code:
-        module = str(op.params.get("fn", "")).partition(":")[0]
-        path = module_file(module, base_dir)
-        digest = _file_digest(path, "hash") if path else None
+    module, digest = _user_code(op, base_dir)
+    if module:
         if digest is None:
             unkeyed[name] = f"the source of module '{module}' was not found without importing it"
             return None
         parts["fn"] = digest
-    for param in definition.reads if definition else ():
+    for param in _reads(op):
         if param in op.params:
             digest = _file_digest(os.path.join(base_dir, str(op.params[param])), files)
             if digest is None:
@@ -259,16 +192,13 @@ def _loop_key(plan: Plan, loop: Loop, known: Mapping[str, Key], base_dir: str, f
             else:
                 unkeyed[loop.name] = f"op '{name}' reads '{ref}', which cannot be cached"
                 return None
-        definition = lookup(op.kind)
-        if definition is not None and definition.user_code:
-            module = str(op.params.get("fn", "")).partition(":")[0]
-            path = module_file(module, base_dir)
-            digest = _file_digest(path, "hash") if path else None
+        module, digest = _user_code(op, base_dir)
+        if module:
             if digest is None:
                 unkeyed[loop.name] = f"the source of module '{module}' (op '{name}') was not found without importing it"
                 return None
             row.append(digest)
-        for param in definition.reads if definition else ():
+        for param in _reads(op):
             digest = _file_digest(os.path.join(base_dir, str(op.params.get(param, ""))), files)
             if digest is None:
                 unkeyed[loop.name] = f"op '{name}' reads a file that cannot be read"
@@ -279,6 +209,23 @@ def _loop_key(plan: Plan, loop: Loop, known: Mapping[str, Key], base_dir: str, f
             return None
         parts[f"op:{local}"] = _hash(row)
     return Key(_hash(parts), parts)
+
+
+def _reads(op: Op) -> tuple[str, ...]:
+    """The parameters of ``op`` that name files it reads."""
+    definition = lookup(op.kind)
+    return definition.reads if definition is not None else ()
+
+
+def _user_code(op: Op, base_dir: str) -> tuple[str, str | None]:
+    """For an op running user code: its module and the hash of the module's source (None: not found
+    without importing it); ``("", None)`` for any other op."""
+    definition = lookup(op.kind)
+    if definition is None or not definition.user_code:
+        return "", None
+    module = str(op.params.get("fn", "")).partition(":")[0]
+    path = module_file(module, base_dir)
+    return module, _file_digest(path, "hash") if path else None
 
 
 def why_again(previous: Mapping[str, str] | None, current: Mapping[str, str], had_entry: bool) -> str:

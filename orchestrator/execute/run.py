@@ -187,15 +187,7 @@ class Runner:
         with client.as_current(), context:
             self.cache = self.open_cache()
             if self.spec.loops or self.cache is not None:
-                staged = StagedRun(self.plan, self.options(), self, cache=self.cache)
-                with self.phase("compute"):  # staged: compiling and submitting happen window by window
-                    try:
-                        values = staged.run()
-                    finally:
-                        self.loop_modes = dict(staged.modes)
-                for loop, mode in self.loop_modes.items():
-                    self.echo(f"loop '{loop}' ran {mode}")
-                self.not_run.update(staged.notes)
+                values = self.run_staged(StagedRun(self.plan, self.options(), self, cache=self.cache))
             else:
                 with self.phase("compile"), paused_gc():
                     compiled = compile_plan(self.plan, self.options())
@@ -211,6 +203,18 @@ class Runner:
                          startup_seconds=self.phases.get("connect", 0.0) + self.phases.get("prepare workers", 0.0))
         return self.finish(report, values, lambda: [p for paths in client.run(commit_saves, run=self.token).values()
                                                     for p in paths], link)
+
+    def run_staged(self, staged: StagedRun) -> dict[str, Any]:
+        """The values of a staged run (compiling and submitting window by window); says how each loop ran."""
+        with self.phase("compute"):
+            try:
+                values = staged.run()
+            finally:
+                self.loop_modes = dict(staged.modes)
+        for loop, mode in self.loop_modes.items():
+            self.echo(f"loop '{loop}' ran {mode}")
+        self.not_run.update(staged.notes)
+        return values
 
     def finish(self, report: RunReport, values: dict[str, Any], commit: Callable[[], Iterable[str]],
                link: str | None) -> RunResult:

@@ -238,15 +238,7 @@ class SyncRunner(Runner):
         started = time.time()
         self.cache = self.open_cache()
         # the loop driver runs a plan without loops as one stage: one graph, as the cluster's runner compiles it
-        staged = _StepsInOrder(self.plan, self.options(), self, cache=self.cache)
-        with self.phase("compute"):  # compiling and running happen stage by stage, window by window
-            try:
-                values = staged.run()
-            finally:
-                self.loop_modes = dict(staged.modes)
-        for loop, mode in self.loop_modes.items():
-            self.echo(f"loop '{loop}' ran {mode}")
-        self.not_run.update(staged.notes)
+        values = self.run_staged(_StepsInOrder(self.plan, self.options(), self, cache=self.cache))
         elapsed = time.time() - started
         collecting = time.perf_counter()
         drained = {name: drain_records(device, run=self.token) for name, device in self.devices.items()}
