@@ -201,6 +201,19 @@ def _frees(count: int, kept: set[int], last_reader: dict[int, int]) -> tuple[tup
     return tuple(tuple(sorted(f)) for f in frees)
 
 
+SAMPLED_WINDOWS = 8  # windows per loop whose second step every device records (the step picture)
+
+
+def _sampled(loop: Loop, start: int, last: int, offset: int) -> int | None:
+    """The first of the two steps of this window that every device records, or None: the second and third
+    (the first also waits for the window to start; the picture of a step reads the one before it) of
+    windows spread evenly over the loop."""
+    windows = -(-loop.steps // loop.window)
+    if offset or (start // loop.window) % max(1, windows // SAMPLED_WINDOWS):
+        return None  # an inner loop's later passes repeat its first pass: that one is enough
+    return start + min(1, max(0, last - start - 2))
+
+
 def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, options: CompileOptions,
                         offset: int = 0) -> CompiledWindow:
     """One task per device running its body ops for steps ``start .. start + window - 1`` (plus ``offset``)."""
@@ -231,7 +244,8 @@ def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, op
                              tuple(inputs), tuple(tuple((r, e, tuple(to)) for r, e, to in sends[d].get(j, ()))
                                                   for j in range(len(mine))),
                              tuple(received), tuple(rules), tuple(metrics), _frees(len(mine), kept, last_reader),
-                             len(args.refs), tuple(args.index) if any(i >= 0 for i in args.index) else ())
+                             len(args.refs), tuple(args.index) if any(i >= 0 for i in args.index) else (),
+                             loop.name, _sampled(loop, start, last, offset))
         device = DeviceSpec.parse(d)
         builder.add(keys[d], Task(keys[d], run_window, payload, *args.refs, *controls), device, mine[0], 0)
         builder.partition_ops[keys[d]] = tuple(mine)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import secrets
 from concurrent.futures import Future
 from typing import Any, Mapping, Sequence
 
@@ -67,6 +68,23 @@ class DeviceRuntimePlugin(WorkerPlugin):
         outbox: _Outbox | None = worker.__dict__.pop(OUTBOX_ATTRIBUTE, None)
         if outbox is not None:
             outbox.close()
+        device_runtime = getattr(worker, runtime.RUNTIME_ATTRIBUTE, None)
+        if device_runtime is not None:
+            device_runtime.links.close()
+
+
+def open_device_links(client: Any, devices: Sequence[str]) -> bool:
+    """Give ``devices``' workers direct links to each other (``runtime.links``); False where one cannot have
+    them (a TLS cluster: its values keep to Dask's comms and their security), and the courier carries them.
+
+    The secret is new for every run and reaches the workers over the client's own (Dask) connection.
+    """
+    opened = client.run(runtime.open_links, secret=secrets.token_bytes(runtime.LINK_SECRET_BYTES))
+    book = {entry[0]: (entry[1], entry[2]) for entry in opened.values() if entry is not None}
+    if not set(devices) <= set(book):
+        book = {}
+    client.run(runtime.set_links, book=book)
+    return bool(book)
 
 
 def send(worker: Any, device: str, run: str, items: Sequence[tuple[runtime.Tag, Any]]) -> Sent:

@@ -157,6 +157,9 @@ class RunReport:
     # before elapsed_seconds: starting the embedded cluster (or connecting) until every device's worker is ready
     startup_seconds: float = 0.0
     mode: str = "cluster"  # "sync": every op ran in the client's process (run --sync), no cluster
+    # loop -> the step picture of its sampled steps (gang windows): see execute.steps
+    loop_steps: Mapping[str, Any] = field(default_factory=dict)
+    transport: str = ""  # how loop windows' values went between workers: "links" or "dask-comms"
 
     @property
     def placement(self) -> dict[str, dict[str, int]]:
@@ -177,6 +180,7 @@ class RunReport:
                 "totals": self.totals.as_dict(), "restarted_devices": list(self.restarted_devices),
                 "unverified": list(self.unverified), "phases_seconds": dict(self.phases_seconds),
                 "granularity": self.granularity, "loops": dict(self.loops),
+                "loop_steps": dict(self.loop_steps), "transport": self.transport,
                 "transfers": [t.as_dict() for t in self.transfers],
                 "params": [p.as_dict() for p in self.params]}
 

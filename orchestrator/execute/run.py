@@ -49,6 +49,7 @@ from .loops import StagedRun
 from .outputs import refuse_overwrites, write_outputs
 from .accounting import device_records, op_records, verify
 from .watch import SchedulerWatch
+from .steps import step_pictures
 
 Echo = Callable[[str], None]
 
@@ -73,6 +74,7 @@ class Runner:
         self.loop_modes: dict[str, str] = {}
         self.saves_settled = False  # checkpoints of this run committed (or there is nothing left to discard)
         self.cache: CacheUse | None = None
+        self.links = False  # loop windows' values go over direct links between workers (else Dask's comms)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -93,7 +95,7 @@ class Runner:
         # Imported here, not with this module (in-process runs never import distributed), and before
         # dask_settings: distributed adds its config defaults when first imported, and a dask.config.set
         # entered before that would delete them all on exit.
-        from .plugin import DeviceRuntimePlugin
+        from .plugin import DeviceRuntimePlugin, open_device_links
 
         refuse_overwrites(self.spec, self.output_dir, self.base_dir, self.flag_writes())
         retries = max([op.retries for op in self.spec.ops] + [self.spec.run.retries])
@@ -122,6 +124,9 @@ class Runner:
                     # same name (nothing piles up on a long-lived scheduler), and a worker that joins or
                     # restarts later gets its device runtime from the scheduler without waiting for a run.
                     client.register_plugin(runtime, name=runtime.plugin_name())
+                    granularity = self.settings.granularity
+                    if any(self.plan.loop_mode(loop.name, granularity).mode == "gang" for loop in self.spec.loops):
+                        self.links = open_device_links(client, [d.name for d in self.spec.cluster.devices])
                 if cluster is not None:  # the scheduler lives in this process: it cannot be lost alone
                     return self._run_on(client, link)
                 with SchedulerWatch(client, str(client.scheduler.address)) as watch:
@@ -355,7 +360,14 @@ class Runner:
                          (self.task_names, self.task_names_why), elapsed, checked,
                          device_records(self.plan, stats), totals, tuple(sorted(restarted)), unverified,
                          granularity=self.settings.granularity, loops=dict(self.loop_modes),
-                         transfers=tuple(sorted(transfers, key=lambda t: t.start)), params=self.spec.params)
+                         transfers=tuple(sorted(transfers, key=lambda t: t.start)), params=self.spec.params,
+                         loop_steps=step_pictures(worker.get("samples", {}) for worker in drained.values()),
+                         transport=self._transport())
+
+    def _transport(self) -> str:
+        if not any(mode.startswith("gang") for mode in self.loop_modes.values()):
+            return ""
+        return "links" if self.links else "dask-comms"
 
 
 def _wait_forever() -> None:

@@ -15,19 +15,21 @@ when it installs a device's :class:`Runtime` on a worker.
 * :mod:`.usercode`: the spec's folder as the working directory of user
   code (a lease shared by the calls of one folder), and the user's frames
   of an error.
-* :mod:`.windows` and :mod:`.exchange`: one device's part of a loop window
-  (:class:`WindowTask`, :func:`run_window`), with values sent worker to worker.
+* :mod:`.windows`, :mod:`.links` and :mod:`.exchange`: one device's part of a
+  loop window (:class:`WindowTask`, :func:`run_window`), with values sent
+  worker to worker over direct links (or Dask's comms on TLS clusters).
 """
 
 from .exchange import Mailbox, Sent, Tag, bind_courier
+from .links import SECRET_BYTES as LINK_SECRET_BYTES
 from .partition_task import PartitionTask, run_partition
 from .resources import device_resource, resources_for, task_resource, worker_resources
 from .device import (LOG_TOPIC, RUNTIME_ATTRIBUTE, OpTask, Runtime, abort_run, bind, commit_saves, discard_saves,
-                      drain_records, move, run_op, to_host, token)
+                      drain_records, move, open_links, run_op, set_links, to_host, token)
 from .windows import ARG, LOCAL, RECEIVED, STATE, StateRule, WindowTask, run_window
 
-__all__ = ["ARG", "LOCAL", "LOG_TOPIC", "RECEIVED", "RUNTIME_ATTRIBUTE", "STATE", "Mailbox", "OpTask", "Sent", "Tag", "PartitionTask",
+__all__ = ["ARG", "LINK_SECRET_BYTES", "LOCAL", "LOG_TOPIC", "RECEIVED", "RUNTIME_ATTRIBUTE", "STATE", "Mailbox", "OpTask", "Sent", "Tag", "PartitionTask",
            "Runtime", "StateRule", "WindowTask", "abort_run", "bind", "bind_courier", "commit_saves", "device_resource",
            "discard_saves",
-           "drain_records", "move", "resources_for", "run_op", "run_partition", "run_window", "task_resource",
+           "drain_records", "move", "open_links", "resources_for", "set_links", "run_op", "run_partition", "run_window", "task_resource",
            "to_host", "token", "worker_resources"]

@@ -25,10 +25,12 @@ from .backends import Backend, DeviceConfig, make_backend
 from ..errors import OpFailedError, OpTimeoutError, OrchestratorError
 from ..ops import KernelError, lookup
 from .exchange import Mailbox
+from .links import Links
 from .usercode import WORKING_DIRECTORY, describe, user_origin
 
 LOG_TOPIC = "orchestrator-log"
 RUNTIME_ATTRIBUTE = "orchestrator_runtime"
+MAX_SAMPLES = 64  # sampled step timelines kept per loop and device in one run
 
 
 # --------------------------------------------------------------------------- tasks
@@ -92,6 +94,12 @@ class Runtime:
     created: float = field(default_factory=time.time)  # a restarted worker lost the records it held
     mailbox: Mailbox = field(default_factory=Mailbox)  # values other devices sent to this one (loop windows)
     staged: dict[str, dict[str, str]] = field(default_factory=dict)  # run -> {staging file: target}: saves to commit
+    # (run, loop) -> this device's timelines of the loop's sampled steps (the step picture; a few per loop)
+    samples: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    links: Links = field(init=False)  # streams to the other devices' workers (loop windows)
+
+    def __post_init__(self) -> None:
+        self.links = Links(self.config.name, self.mailbox)
 
     @classmethod
     def for_device(cls, config: DeviceConfig) -> Runtime:
@@ -110,6 +118,12 @@ class Runtime:
                 entry["duration"] += duration
                 entry["bytes"] = nbytes
                 entry["error"] = error or entry["error"]
+
+    def sample_step(self, run: str, loop: str, device: str, timeline: dict[str, Any]) -> None:
+        with self.lock:
+            kept = self.samples.setdefault((run, loop), [])
+            if len(kept) < MAX_SAMPLES:
+                kept.append({"device": device, **timeline})
 
     def stage(self, run: str, path: str) -> str:
         """The staging file a save of ``path`` writes during ``run`` (renamed into place by :func:`commit_saves`)."""
@@ -322,6 +336,23 @@ def abort_run(dask_worker: Any, run: str, why: str) -> None:
     runtime.mailbox.abort(run, why)
 
 
+def open_links(dask_worker: Any, secret: bytes) -> tuple[str, str, int] | None:
+    """Run on every worker (``Client.run``) before a run: its device, and the address its link listener took."""
+    _, runtime = _runtime(dask_worker)
+    address = str(dask_worker.address)
+    if "://" in address and not address.startswith("tcp://"):
+        return None  # TLS (or another comm): values keep to Dask's comms, which carry its security
+    host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    return (runtime.config.name, *runtime.links.listen(host, secret))
+
+
+def set_links(dask_worker: Any, book: dict[str, tuple[str, int]]) -> None:
+    """Run on every worker after :func:`open_links`: where every other device listens."""
+    _, runtime = _runtime(dask_worker)
+    runtime.links.book = {device: tuple(address) for device, address in book.items()  # type: ignore[misc]
+                          if device != runtime.config.name}
+
+
 def drain_records(dask_worker: Any, run: str) -> dict[str, Any]:
     """Run on every worker (``Client.run``) after a run: its records of that run, and its memory."""
     worker, runtime = _runtime(dask_worker)
@@ -330,9 +361,12 @@ def drain_records(dask_worker: Any, run: str) -> dict[str, Any]:
         mine = [r for key, r in runtime.records.items() if key[0] == run]
         for key in [k for k in runtime.records if k[0] == run]:
             del runtime.records[key]
+        samples = {loop: timelines for (of_run, loop), timelines in runtime.samples.items() if of_run == run}
+        for sampled in [k for k in runtime.samples if k[0] == run]:
+            del runtime.samples[sampled]
     # what Dask itself says it moved into this worker for this run (its transfer log): key, bytes, when, from whom
     received = [(key, int(nbytes), float(entry.get("start", 0.0)), float(entry.get("stop", 0.0)), str(entry.get("who")))
                 for entry in getattr(worker, "transfer_incoming_log", ())
                 for key, nbytes in entry.get("keys", {}).items() if run in str(key)]
     return {"ran_on": str(worker.name), "records": mine, "memory": runtime.backend.stats(),
-            "created": runtime.created, "received": received}
+            "created": runtime.created, "received": received, "samples": samples}

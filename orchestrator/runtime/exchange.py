@@ -31,6 +31,14 @@ class Sent(Protocol):
     def result(self, timeout: float | None = None) -> Any: ...
 
 
+class Source(Protocol):
+    """Where a waiting taker reads values itself (``links.Links``): instead of waiting to be handed them."""
+
+    def gone(self, device: str) -> str | None: ...
+
+    def poll(self, timeout: float) -> None: ...
+
+
 Courier = Callable[[Any, str, str, Sequence[tuple[Tag, Any]]], Sent]
 """``courier(worker, device, run, items)``: send ``items`` to the worker of ``device``."""
 
@@ -55,6 +63,7 @@ class Mailbox:
         self._cond = threading.Condition()
         self._items: dict[tuple[str, Tag], Any] = {}
         self._aborted: dict[str, str] = {}
+        self.wakers: list[Callable[[], None]] = []  # called on abort: a thread polling links wakes at once
 
     def put(self, items: Sequence[tuple[str, Sequence[Any], Any]]) -> None:
         """Values arrived: ``(run, tag, value)`` each (the tag a list after the trip: msgpack has no tuples)."""
@@ -65,21 +74,38 @@ class Mailbox:
                     self._items[(run, (int(loop), int(step), str(ref)))] = value
             self._cond.notify_all()
 
-    def take(self, run: str, tag: Tag, sender: str) -> Any:
-        """The value sent for ``tag``, waiting for it; raises when the run is aborted."""
+    def take(self, run: str, tag: Tag, sender: str, links: Source | None = None) -> Any:
+        """The value sent for ``tag``, waiting for it (reading ``links`` meanwhile); raises when it cannot come."""
         key = (run, tag)
         deadline = time.monotonic() + RECEIVE_TIMEOUT
-        with self._cond:
-            while key not in self._items:
+        while True:
+            with self._cond:
+                if key in self._items:
+                    return self._items.pop(key)
                 if run in self._aborted:
                     raise RunError(f"stopped waiting for '{tag[2]}' of step {tag[1]} from {sender}: "
                                    f"{self._aborted[run]}")
+                gone = links.gone(sender) if links is not None else None
+                if gone is not None:
+                    raise RunError(f"'{tag[2]}' of step {tag[1]} cannot come from {sender}: {gone}")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise RunError(f"'{tag[2]}' of step {tag[1]} never arrived from {sender} "
                                    f"(waited {RECEIVE_TIMEOUT:g} s)")
-                self._cond.wait(min(left, 1.0))
-            return self._items.pop(key)
+                if links is None:
+                    self._cond.wait(min(left, 1.0))
+                    continue
+            links.poll(min(left, 1.0))
+
+    def idle(self, timeout: float) -> None:
+        """Wait until something arrives (or ``timeout``): for a thread that leaves the reading to another."""
+        with self._cond:
+            self._cond.wait(timeout)
+
+    def wake_takers(self) -> None:
+        """Something changed that waiting takers must see (a peer's stream closed)."""
+        with self._cond:
+            self._cond.notify_all()
 
     def abort(self, run: str, why: str) -> None:
         with self._cond:
@@ -87,6 +113,8 @@ class Mailbox:
             for key in [k for k in self._items if k[0] == run]:
                 del self._items[key]
             self._cond.notify_all()
+        for wake in self.wakers:
+            wake()
 
     def forget(self, run: str) -> None:
         with self._cond:

@@ -22,6 +22,7 @@ values stacked on the host (for the client).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,12 +67,13 @@ class WindowTask:
     frees: tuple[tuple[int, ...], ...]  # per op: op slots no later op of the step reads
     n_args: int  # leading task arguments that are values; the rest only order the windows of a device
     arg_index: tuple[int, ...] = ()  # per value argument: the element of a tuple it is, or -1
+    loop_name: str = ""
+    sample: int | None = None  # the first of two steps whose timelines this device records (the step picture)
 
 
 def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
     """Run this device's ops for the window's steps; the states it carries and its metrics."""
     worker, runtime = _runtime()
-    backend = runtime.backend
     outer = [a if not task.arg_index or task.arg_index[i] < 0 else a[task.arg_index[i]]
              for i, a in enumerate(args[:task.n_args])]
     del args
@@ -80,6 +82,8 @@ def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
     series: list[list[Any]] = [[] for _ in task.metrics]
     last = task.start + task.steps - 1
     for step in range(task.start, last + 1):
+        timeline = Timeline(step) if task.sample is not None and 0 <= step - task.sample <= 1 else None
+        out.timeline = timeline
         received: dict[int, Any] = {}
         here = list(state)
         for v, rule in enumerate(task.states):  # a state updated elsewhere arrives for each step after the first
@@ -97,31 +101,58 @@ def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
                     if here[slot] is None:
                         rule = task.states[slot]
                         out.flush()  # never wait with values unsent that another device may be waiting for
-                        here[slot] = _receive(runtime, task, step, f"state:{rule.name}", rule.owner, op.name)
+                        here[slot] = _receive(runtime, task, step, f"state:{rule.name}", rule.owner, op.name,
+                                              timeline)
                     value = here[slot]
                 else:
                     if slot not in received:
                         ref, sender = task.received[slot]
                         out.flush()
-                        received[slot] = _receive(runtime, task, step, ref, sender, op.name)
+                        received[slot] = _receive(runtime, task, step, ref, sender, op.name, timeline)
                     value = received[slot]
                 raw.append(_element(value, element))
+            began = time.time() if timeline is not None else 0.0
             env[j] = execute(op, runtime, worker, tuple(raw), step)
+            if timeline is not None:
+                timeline.add("op", op.name, began, time.time())
             for ref, element, devices in task.sends[j]:
                 out.add(step, ref, _element(env[j], element), devices)
             for slot in task.frees[j]:
                 env[slot] = None
-        for m, (slot, element) in enumerate(task.metrics):
-            series[m].append(backend.to_host(_element(env[slot], element)))
-        for v, rule in enumerate(task.states):
-            if rule.update is not None:
-                state[v] = _element(env[rule.update[0]], rule.update[1])
-                if step < last and rule.send_to:
-                    out.add(step + 1, f"state:{rule.name}", state[v], rule.send_to)
-        out.flush()
+        _end_step(task, env, state, series, out, step, last)
+        if timeline is not None:
+            runtime.sample_step(task.run, task.loop_name, task.device, timeline.finish())
     out.wait()  # the window ends once every value it sent is on its way
     carried = tuple(state[v] for v, rule in enumerate(task.states) if rule.update is not None)
     return carried + tuple(np.stack([np.asarray(x) for x in values]) for values in series)
+
+
+def _end_step(task: WindowTask, env: list[Any], state: list[Any], series: list[list[Any]], out: _Outgoing,
+              step: int, last: int) -> None:
+    """Keep the step's metrics and updated states; send the states on for the next step."""
+    backend = out.runtime.backend
+    for m, (slot, element) in enumerate(task.metrics):
+        series[m].append(backend.to_host(_element(env[slot], element)))
+    for v, rule in enumerate(task.states):
+        if rule.update is not None:
+            state[v] = _element(env[rule.update[0]], rule.update[1])
+            if step < last and rule.send_to:
+                out.add(step + 1, f"state:{rule.name}", state[v], rule.send_to)
+    out.flush()
+
+
+class Timeline:
+    """What one device did during one sampled step: ops, waits for values, sends, with wall-clock times."""
+
+    def __init__(self, step: int):
+        self.step, self.begin = step, time.time()
+        self.events: list[tuple[str, str, float, float]] = []
+
+    def add(self, kind: str, name: str, start: float, stop: float) -> None:
+        self.events.append((kind, name, start, stop))
+
+    def finish(self) -> dict[str, Any]:
+        return {"step": self.step, "begin": self.begin, "end": time.time(), "events": self.events}
 
 
 def _first_states(task: WindowTask, outer: list[Any], out: _Outgoing) -> list[Any]:
@@ -148,6 +179,7 @@ class _Outgoing:
         self.worker, self.runtime, self.task = worker, runtime, task
         self.pending: dict[str, list[tuple[Tag, Any]]] = {}
         self.sent: list[Sent] = []
+        self.timeline: Timeline | None = None
 
     def add(self, step: int, ref: str, value: Any, devices: tuple[str, ...]) -> None:
         host = self.runtime.backend.to_host(value)
@@ -155,8 +187,18 @@ class _Outgoing:
             self.pending.setdefault(device, []).append(((self.task.loop, step, ref), host))
 
     def flush(self) -> None:
+        if not self.pending:
+            return
+        links = self.runtime.links
         for device, items in self.pending.items():
-            self.sent.append(send(self.worker, device, self.task.run, items))
+            began = time.time() if self.timeline is not None else 0.0
+            if links.reaches(device):
+                links.send(device, self.task.run, items)  # written now: nothing to wait for later
+            else:
+                self.sent.append(send(self.worker, device, self.task.run, items))
+            if self.timeline is not None:
+                self.timeline.add("send", f"{', '.join(ref for (_, _, ref), _ in items)} to {device}",
+                                  began, time.time())
         self.pending.clear()
 
     def wait(self) -> None:
@@ -164,15 +206,18 @@ class _Outgoing:
             done.result()
 
 
-def _receive(runtime: Runtime, task: WindowTask, step: int, ref: str, sender: str, reader: str) -> Any:
-    import time
-
+def _receive(runtime: Runtime, task: WindowTask, step: int, ref: str, sender: str, reader: str,
+             timeline: Timeline | None) -> Any:
     start = time.time()
+    links = runtime.links if runtime.links.reaches(sender) else None
     try:
-        value = runtime.mailbox.take(task.run, (task.loop, step, ref), sender)
+        value = runtime.mailbox.take(task.run, (task.loop, step, ref), sender, links)
     except RunError as exc:
         raise RunError(f"op '{reader}' on {task.device}: {exc}") from None
     moved = runtime.backend.to_device(value, reader)
-    runtime.record(task.run, f"{ref}@{task.device}", "exchange", task.device, start, time.time() - start,
+    stop = time.time()
+    if timeline is not None:
+        timeline.add("wait", f"{ref} from {sender}", start, stop)
+    runtime.record(task.run, f"{ref}@{task.device}", "exchange", task.device, start, stop - start,
                    int(getattr(moved, "nbytes", 0)))
     return moved

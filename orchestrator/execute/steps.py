@@ -1,0 +1,123 @@
+"""The step picture: where a loop step's time goes on each device, and the step's critical path.
+
+In every sampled window each device records two consecutive steps
+(``runtime.windows.Timeline``): each op's compute, each wait for a value
+from another device, each send, with wall-clock times. This module turns
+the drained timelines into the run report's ``loop_steps``:
+
+* per device, the medians over the samples of the later step's time split
+  into compute per op, waiting for values, sending (serialize + write) and
+  the rest (the runtime's own Python between them: ``overhead``);
+* one step's critical path (the sample of median length): walked back from
+  the last event of the step; a wait that began before its value was
+  written jumps to the sender's send of it (the gap between is ``transit``:
+  the link and the receiver waking up), any other event goes to the
+  previous one on its device (the gap is ``overhead``). The walk stops at
+  the previous step: the path is one period of the loop.
+
+Times of different devices are compared directly: right on one host,
+skewed by the hosts' clock difference across hosts (the picture says which).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Iterable, Mapping, Sequence
+
+Event = tuple[str, str, float, float]  # kind, name, start, stop
+
+
+def _breakdown(timeline: Mapping[str, Any]) -> dict[str, Any]:
+    compute: dict[str, float] = {}
+    waits = sends = 0.0
+    for kind, name, start, stop in timeline["events"]:
+        if kind == "op":
+            compute[name] = compute.get(name, 0.0) + stop - start
+        elif kind == "wait":
+            waits += stop - start
+        else:
+            sends += stop - start
+    span = timeline["end"] - timeline["begin"]
+    return {"step": span, "compute": compute, "wait": waits, "send": sends,
+            "overhead": max(0.0, span - sum(compute.values()) - waits - sends)}
+
+
+def _median_breakdown(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    ops = dict.fromkeys(name for p in parts for name in p["compute"])
+    return {"step": statistics.median(p["step"] for p in parts),
+            "compute": {op: statistics.median(p["compute"].get(op, 0.0) for p in parts) for op in ops},
+            "wait": statistics.median(p["wait"] for p in parts),
+            "send": statistics.median(p["send"] for p in parts),
+            "overhead": statistics.median(p["overhead"] for p in parts)}
+
+
+def _sent_refs(name: str) -> tuple[set[str], str]:
+    refs, _, to = name.rpartition(" to ")
+    return set(refs.split(", ")), to
+
+
+def critical_path(timelines: Mapping[tuple[str, int], Mapping[str, Any]], step: int) -> list[dict[str, Any]]:
+    """Segments (device, kind, name, seconds) of ``step``'s critical path, in time order."""
+    events = {key: sorted(t["events"], key=lambda e: e[2]) for key, t in timelines.items()}
+    mine = [(key, e) for key, evs in events.items() if key[1] == step for e in evs]
+    if not mine:
+        return []
+    (device, at), event = max(mine, key=lambda item: item[1][3])
+    path: list[dict[str, Any]] = []
+    while True:
+        kind, name, start, stop = event
+        jump = _sender(events, device, at, event) if kind == "wait" else None
+        if jump is not None:  # waiting for a value not written yet: the path goes on at its sender
+            path.append({"device": device, "kind": "transit", "name": name, "seconds": stop - jump[1][3]})
+            (device, at), event = jump
+            if at < step:
+                break
+            continue
+        path.append({"device": device, "kind": kind, "name": name, "seconds": stop - start})
+        earlier = [(k, e) for k, evs in events.items() if k[0] == device and k[1] in (at, at - 1)
+                   for e in evs if e[3] <= start + 1e-9 and e is not event]
+        if not earlier:
+            break
+        (device, at), previous = max(earlier, key=lambda item: item[1][3])
+        if at < step:
+            break
+        path.append({"device": device, "kind": "overhead", "name": "", "seconds": max(0.0, start - previous[3])})
+        event = previous
+    return path[::-1]
+
+
+def _sender(events: Mapping[tuple[str, int], list[Event]], device: str, at: int,
+            wait: Event) -> tuple[tuple[str, int], Event] | None:
+    """The send that the wait ``wait`` waited for, when it was written after the wait began."""
+    ref, _, sender = wait[1].partition(" from ")
+    candidates = [((sender, s), e) for s in (at, at - 1) for e in events.get((sender, s), [])
+                  if e[0] == "send" and ref in _sent_refs(e[1])[0] and _sent_refs(e[1])[1] == device
+                  and e[3] <= wait[3] + 1e-9]
+    if not candidates:
+        return None
+    found = max(candidates, key=lambda item: item[1][3])
+    return found if found[1][3] > wait[2] else None
+
+
+def step_pictures(samples: Iterable[Mapping[str, list[Mapping[str, Any]]]]) -> dict[str, Any]:
+    """``loop_steps`` of the run report, from every worker's drained ``samples``."""
+    by_loop: dict[str, dict[tuple[str, int], Mapping[str, Any]]] = {}
+    for worker_samples in samples:
+        for loop, timelines in worker_samples.items():
+            for t in timelines:
+                by_loop.setdefault(loop, {})[(t["device"], int(t["step"]))] = t
+    return {loop: _picture(timelines) for loop, timelines in sorted(by_loop.items())}
+
+
+def _picture(timelines: Mapping[tuple[str, int], Mapping[str, Any]]) -> dict[str, Any]:
+    steps = sorted({step for _, step in timelines})
+    pictured = [s for s in steps if s - 1 in steps]  # the later of each recorded pair
+    devices = sorted({device for device, _ in timelines})
+    per_device = {d: _median_breakdown([_breakdown(timelines[(d, s)]) for s in pictured if (d, s) in timelines])
+                  for d in devices if any((d, s) in timelines for s in pictured)}
+    paths = {s: critical_path({k: t for k, t in timelines.items() if k[1] in (s - 1, s)}, s) for s in pictured}
+    lengths = {s: sum(seg["seconds"] for seg in path) for s, path in paths.items() if path}
+    median_step = sorted(lengths, key=lambda s: lengths[s])[len(lengths) // 2] if lengths else None
+    return {"sampled_steps": pictured, "devices": per_device,
+            "critical_path": {"step": median_step, "seconds": lengths[median_step] if median_step is not None else 0.0,
+                              "segments": paths.get(median_step, []) if median_step is not None else []}}
