@@ -110,7 +110,7 @@ def test_an_aborted_run_wakes_a_waiting_taker_at_once() -> None:
 def test_a_stream_without_the_secret_is_closed_unread() -> None:
     """Nothing a stranger sends is unpickled: the stream must prove the cluster's secret first."""
     a, b = pair()
-    host, port = b.book["A"]
+    host, port = b.book["A"].host, b.book["A"].port
     stranger = socket.create_connection((host, port))
     name = b"A"
     stranger.sendall(encode([("run", (0, 0, "x"), np.ones(1))])[0][:4] + b"\x00" * 8)  # data before any hello
@@ -149,8 +149,10 @@ def test_a_gang_loop_sends_over_links_and_its_report_pictures_a_step() -> None:
     assert parts["step"] >= sum(parts["compute"].values()) + parts["wait"] + parts["send"]
     path = picture["critical_path"]
     kinds = [(seg["device"], seg["kind"]) for seg in path["segments"]]
-    # one period: the weights reach a GPU, its tower runs, its gradient reaches the ps, Adam runs, w goes out
-    assert kinds[0][1] == "transit" and (ps, "op") in kinds and any(d != ps and k == "op" for d, k in kinds)
+    # one period: a GPU's tower runs, its gradient reaches the ps, Adam runs, w goes out
+    assert (ps, "op") in kinds and any(d != ps and k == "op" for d, k in kinds)
+    assert {k for _, k in kinds} <= {"op", "wait", "send", "transit", "overhead"}
+    assert kinds[-1] == (ps, "send") or kinds[-1] == (ps, "overhead")
     assert [seg["name"] for seg in path["segments"] if seg["kind"] == "op"][-1] == "train/step"
     assert path["seconds"] == pytest.approx(sum(seg["seconds"] for seg in path["segments"]))
     w = np.asarray(result.values["train.w"])

@@ -80,7 +80,7 @@ def open_device_links(client: Any, devices: Sequence[str]) -> bool:
     The secret is new for every run and reaches the workers over the client's own (Dask) connection.
     """
     opened = client.run(runtime.open_links, secret=secrets.token_bytes(runtime.LINK_SECRET_BYTES))
-    book = {entry[0]: (entry[1], entry[2]) for entry in opened.values() if entry is not None}
+    book = dict(entry for entry in opened.values() if entry is not None)
     if not set(devices) <= set(book):
         book = {}
     client.run(runtime.set_links, book=book)

@@ -11,7 +11,8 @@ the drained timelines into the run report's ``loop_steps``:
 * one step's critical path (the sample of median length): walked back from
   the last event of the step; a wait that began before its value was
   written jumps to the sender's send of it (the gap between is ``transit``:
-  the link and the receiver waking up), any other event goes to the
+  the link and the receiver waking up; 0 where the receiver had the value
+  before the writer's call returned), any other event goes to the
   previous one on its device (the gap is ``overhead``). The walk stops at
   the previous step: the path is one period of the loop.
 
@@ -62,13 +63,15 @@ def critical_path(timelines: Mapping[tuple[str, int], Mapping[str, Any]], step: 
     mine = [(key, e) for key, evs in events.items() if key[1] == step for e in evs]
     if not mine:
         return []
-    (device, at), event = max(mine, key=lambda item: item[1][3])
+    # a send is done for its reader once it started writing: a reader woken at once may finish its whole step
+    # before the writer's call returns, so a send's end says little about when the step ended
+    (device, at), event = max(mine, key=lambda item: item[1][2] if item[1][0] == "send" else item[1][3])
     path: list[dict[str, Any]] = []
     while True:
         kind, name, start, stop = event
         jump = _sender(events, device, at, event) if kind == "wait" else None
         if jump is not None:  # waiting for a value not written yet: the path goes on at its sender
-            path.append({"device": device, "kind": "transit", "name": name, "seconds": stop - jump[1][3]})
+            path.append({"device": device, "kind": "transit", "name": name, "seconds": max(0.0, stop - jump[1][3])})
             (device, at), event = jump
             if at < step:
                 break
@@ -92,10 +95,10 @@ def _sender(events: Mapping[tuple[str, int], list[Event]], device: str, at: int,
     ref, _, sender = wait[1].partition(" from ")
     candidates = [((sender, s), e) for s in (at, at - 1) for e in events.get((sender, s), [])
                   if e[0] == "send" and ref in _sent_refs(e[1])[0] and _sent_refs(e[1])[1] == device
-                  and e[3] <= wait[3] + 1e-9]
+                  and e[2] <= wait[3] + 1e-9]
     if not candidates:
         return None
-    found = max(candidates, key=lambda item: item[1][3])
+    found = max(candidates, key=lambda item: item[1][2])
     return found if found[1][3] > wait[2] else None
 
 

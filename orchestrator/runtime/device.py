@@ -25,7 +25,7 @@ from .backends import Backend, DeviceConfig, make_backend
 from ..errors import OpFailedError, OpTimeoutError, OrchestratorError
 from ..ops import KernelError, lookup
 from .exchange import Mailbox
-from .links import Links
+from .links import Address, Links
 from .usercode import WORKING_DIRECTORY, describe, user_origin
 
 LOG_TOPIC = "orchestrator-log"
@@ -336,21 +336,20 @@ def abort_run(dask_worker: Any, run: str, why: str) -> None:
     runtime.mailbox.abort(run, why)
 
 
-def open_links(dask_worker: Any, secret: bytes) -> tuple[str, str, int] | None:
-    """Run on every worker (``Client.run``) before a run: its device, and the address its link listener took."""
+def open_links(dask_worker: Any, secret: bytes) -> tuple[str, Address] | None:
+    """Run on every worker (``Client.run``) before a run: its device, and where its links listen."""
     _, runtime = _runtime(dask_worker)
     address = str(dask_worker.address)
     if "://" in address and not address.startswith("tcp://"):
         return None  # TLS (or another comm): values keep to Dask's comms, which carry its security
     host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
-    return (runtime.config.name, *runtime.links.listen(host, secret))
+    return runtime.config.name, runtime.links.listen(host, secret)
 
 
-def set_links(dask_worker: Any, book: dict[str, tuple[str, int]]) -> None:
+def set_links(dask_worker: Any, book: dict[str, Address]) -> None:
     """Run on every worker after :func:`open_links`: where every other device listens."""
     _, runtime = _runtime(dask_worker)
-    runtime.links.book = {device: tuple(address) for device, address in book.items()  # type: ignore[misc]
-                          if device != runtime.config.name}
+    runtime.links.book = {device: address for device, address in book.items() if device != runtime.config.name}
 
 
 def drain_records(dask_worker: Any, run: str) -> dict[str, Any]:

@@ -32,19 +32,25 @@ Policy.
   dark (a cable, a host) is found by TCP keep-alive and ``TCP_USER_TIMEOUT``
   within about 5 s; an aborted run wakes the poller through a socket pair.
 
-State, per worker: the listener, the address book of the other devices'
-listeners (set by the client before each run), the open streams, and which
-peers closed theirs. All of it is touched by one polling thread at a time.
+State, per worker: the listeners (TCP, and an abstract Unix socket that
+peers on the same host and network namespace use instead: no TCP stack
+between two processes of one machine), the address book of the other
+devices' listeners (set by the client before each run), the open streams,
+and which peers closed theirs. All of it is touched by one polling thread at a time.
 """
 
 from __future__ import annotations
 
 import hmac
+import os
 import pickle
+import secrets
 import select
 import socket
 import struct
+import sys
 import threading
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..errors import RunError
@@ -55,15 +61,6 @@ _LENGTH = struct.Struct("!Q")
 HELLO = 0xFFFFFFFF
 SECRET_BYTES = 32
 DARK_LINK_SECONDS = 5  # keep-alive and unacknowledged data: a peer unheard of this long is gone
-
-
-def _tune(sock: socket.socket) -> None:
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for option, value in (("TCP_KEEPIDLE", 2), ("TCP_KEEPINTVL", 1), ("TCP_KEEPCNT", 3),
-                          ("TCP_USER_TIMEOUT", DARK_LINK_SECONDS * 1000)):
-        if hasattr(socket, option):  # Linux; elsewhere the system's defaults hold
-            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
 
 
 def encode(items: Sequence[tuple[str, Tag, Any]]) -> list[Any]:
@@ -137,14 +134,46 @@ class _Stream:
         return True
 
 
+@dataclass(frozen=True)
+class Address:
+    """Where a device's worker listens: TCP always; a Unix socket for peers on the same host."""
+
+    host: str
+    port: int
+    local: str = ""  # an abstract Unix socket name (Linux), reachable only from the same network namespace
+    machine: str = ""  # the boot and network namespace of the listener: equal means the local name works
+
+
+def _machine() -> str:
+    """This host and network namespace (two workers with the same value can use Unix sockets)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            boot = handle.read().strip()
+        return f"{boot}:{os.stat('/proc/self/ns/net').st_ino}"
+    except OSError:
+        return ""
+
+
+def _tune(sock: socket.socket) -> None:
+    if sock.family == socket.AF_UNIX:
+        return
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (("TCP_KEEPIDLE", 2), ("TCP_KEEPINTVL", 1), ("TCP_KEEPCNT", 3),
+                          ("TCP_USER_TIMEOUT", DARK_LINK_SECONDS * 1000)):
+        if hasattr(socket, option):  # Linux; elsewhere the system's defaults hold
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
 class Links:
-    """This worker's links: its listener, the other devices' addresses, the streams open each way."""
+    """This worker's links: its listeners, the other devices' addresses, the streams open each way."""
 
     def __init__(self, device: str, mailbox: Mailbox):
         self.device, self.mailbox = device, mailbox
         self.secret = b""
-        self.listener: socket.socket | None = None
-        self.book: dict[str, tuple[str, int]] = {}
+        self.listeners: list[socket.socket] = []
+        self.address: Address | None = None
+        self.book: dict[str, Address] = {}
         self.outgoing: dict[str, socket.socket] = {}
         self.incoming: dict[socket.socket, _Stream] = {}
         self.closed: dict[str, str] = {}  # peer -> why its stream ended (until it opens a new one)
@@ -153,15 +182,24 @@ class Links:
         self._wake_r.setblocking(False)
         mailbox.wakers.append(self.wake)
 
-    def listen(self, host: str, secret: bytes) -> tuple[str, int]:
+    def listen(self, host: str, secret: bytes) -> Address:
         """Listen on ``host`` (once per worker); streams must prove ``secret`` from now on. The address."""
         self.secret = secret
-        if self.listener is None:
-            listener = socket.create_server((host, 0), backlog=64)
-            listener.setblocking(False)
-            self.listener = listener
-        address = self.listener.getsockname()
-        return str(address[0]), int(address[1])
+        if self.address is None:
+            tcp = socket.create_server((host, 0), backlog=64)
+            self.listeners.append(tcp)
+            local, machine = "", _machine()
+            if machine and sys.platform.startswith("linux"):
+                unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                local = f"\0orchestrator-links-{os.getpid()}-{secrets.token_hex(8)}"
+                unix.bind(local)
+                unix.listen(64)
+                self.listeners.append(unix)
+            for listener in self.listeners:
+                listener.setblocking(False)
+            name = tcp.getsockname()
+            self.address = Address(str(name[0]), int(name[1]), local, machine)
+        return self.address
 
     def reaches(self, device: str) -> bool:
         return device in self.book
@@ -178,16 +216,33 @@ class Links:
             raise RunError(f"lost the link to {device}: {exc.strerror or type(exc).__name__}") from None
 
     def _connect(self, device: str) -> socket.socket:
-        host, port = self.book[device]
-        try:
-            sock = socket.create_connection((host, port), timeout=DARK_LINK_SECONDS)
-        except OSError as exc:
-            raise RunError(f"cannot open a link to {device} at {host}:{port}: {exc.strerror or exc}") from None
+        peer = self.book[device]
+        sock = self._connect_local(peer) if self.address is not None and peer.machine == self.address.machine \
+            else None
+        if sock is None:
+            try:
+                sock = socket.create_connection((peer.host, peer.port), timeout=DARK_LINK_SECONDS)
+            except OSError as exc:
+                raise RunError(f"cannot open a link to {device} at {peer.host}:{peer.port}: "
+                               f"{exc.strerror or exc}") from None
         _tune(sock)
         name = self.device.encode()
         sock.sendall(_HEAD.pack(HELLO, SECRET_BYTES + len(name)) + self.secret + name)
         sock.setblocking(False)
         self.outgoing[device] = sock
+        return sock
+
+    @staticmethod
+    def _connect_local(peer: Address) -> socket.socket | None:
+        """A Unix socket to a peer on this host (no TCP stack between two processes), or None."""
+        if not peer.local:
+            return None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(peer.local)
+        except OSError:
+            sock.close()
+            return None
         return sock
 
     def _write(self, sock: socket.socket, parts: list[memoryview]) -> None:
@@ -209,24 +264,21 @@ class Links:
             self.mailbox.idle(timeout)  # another thread polls for this worker: its frames land in the mailbox
             return
         try:
-            readers: list[Any] = [self._wake_r, *self.incoming]
-            if self.listener is not None:
-                readers.append(self.listener)
+            readers: list[Any] = [self._wake_r, *self.listeners, *self.incoming]
             ready, _, _ = select.select(readers, [writing] if writing is not None else [], [], timeout)
             for sock in ready:
                 if sock is self._wake_r:
                     self._drain_wake()
-                elif sock is self.listener:
-                    self._accept()
+                elif sock in self.listeners:
+                    self._accept(sock)
                 else:
                     self._read(sock)
         finally:
             self.polling.release()
 
-    def _accept(self) -> None:
-        assert self.listener is not None
+    def _accept(self, listener: socket.socket) -> None:
         try:
-            sock, _ = self.listener.accept()
+            sock, _ = listener.accept()
         except (BlockingIOError, InterruptedError):
             return
         _tune(sock)
@@ -264,10 +316,9 @@ class Links:
             pass
 
     def close(self) -> None:
-        for sock in [*self.outgoing.values(), *self.incoming]:
+        for sock in [*self.outgoing.values(), *self.incoming, *self.listeners]:
             sock.close()
-        if self.listener is not None:
-            self.listener.close()
         self.outgoing.clear()
         self.incoming.clear()
-        self.listener = None
+        self.listeners.clear()
+        self.address = None
