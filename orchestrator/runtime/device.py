@@ -96,6 +96,7 @@ class Runtime:
     staged: dict[str, dict[str, str]] = field(default_factory=dict)  # run -> {staging file: target}: saves to commit
     # (run, loop) -> this device's timelines of the loop's sampled steps (the step picture; a few per loop)
     samples: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    functions: dict[tuple[str, str], Callable[..., Any]] = field(default_factory=dict)  # user functions, imported
     links: Links = field(init=False)  # streams to the other devices' workers (loop windows)
 
     def __post_init__(self) -> None:
@@ -134,6 +135,9 @@ class Runtime:
 
     def user_function(self, fn_path: str, base_dir: str, op: str) -> Callable[..., Any]:
         """Import ``package.module:function`` from the spec's directory (or the Python path)."""
+        found = self.functions.get((fn_path, base_dir))
+        if found is not None:  # what import_module would return again (the module stays in sys.modules)
+            return found
         module_name, _, fn_name = fn_path.partition(":")
         with self.lock:
             if base_dir not in self.user_paths:
@@ -148,6 +152,7 @@ class Runtime:
         if fn is None:
             raise OpFailedError(op, self.config.name, f"module '{module_name}' has no function '{fn_name}'",
                                 module.__file__ or "")
+        self.functions[(fn_path, base_dir)] = fn
         return fn  # type: ignore[no-any-return]
 
 
