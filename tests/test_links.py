@@ -7,6 +7,8 @@ values in the test's thread exactly as a window's thread does.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import socket
 import threading
 import time
@@ -127,7 +129,7 @@ def test_a_stream_without_the_secret_is_closed_unread() -> None:
 
 
 
-POLYFIT = __import__("pathlib").Path(__file__).resolve().parent.parent / "examples" / "polyfit.yaml"
+POLYFIT = Path(__file__).resolve().parent.parent / "examples" / "polyfit.yaml"
 
 
 @pytest.mark.cluster
@@ -157,3 +159,26 @@ def test_a_gang_loop_sends_over_links_and_its_report_pictures_a_step() -> None:
     assert path["seconds"] == pytest.approx(sum(seg["seconds"] for seg in path["segments"]))
     w = np.asarray(result.values["train.w"])
     assert w.shape == (3,) and np.isfinite(w).all()
+
+
+@pytest.mark.cluster
+def test_a_gang_window_logs_each_op_placement_once_per_window(tmp_path: Path) -> None:
+    """TF logs a placement once per graph: a window logs each body op at its first step, not 100 times."""
+    import io
+    import shutil
+
+    from orchestrator.cli import run_cli
+
+    spec = tmp_path / "polyfit.yaml"
+    shutil.copy(POLYFIT, spec)
+    shutil.copy(POLYFIT.parent / "polyfit_fns.py", tmp_path / "polyfit_fns.py")
+    text = spec.read_text().replace("placement:\n", "placement:\n  log: true\n")
+    spec.write_text(text)
+    out = io.StringIO()
+    code = run_cli(["run", str(spec), "--set", "steps=300", "--set", "window=100", "--no-progress",
+                    "--output-dir", str(tmp_path)], out=out)
+    assert code == 0, out.getvalue()
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("Executing op ")]
+    adam = [line for line in lines if "(train/step)" in line]
+    assert adam == ["Executing op Call (train/step) in device /job:ps/replica:0/task:0/device:CPU:0"] * 3
+    assert len([line for line in lines if "(train/towers/0/grad)" in line]) == 3

@@ -228,10 +228,13 @@ def run_op(task: OpTask, *args: Any) -> Any:
     return execute(task, runtime, worker, raw)
 
 
-def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], step: int | None = None) -> Any:
+def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], step: int | None = None,
+            log: bool = True) -> Any:
     """Run one op with its inputs on this device: charge, time out, record, log; errors name the op.
 
-    ``step`` is the loop step when a window runs the same op for many steps (default: the task's).
+    ``step`` is the loop step when a window runs the same op for many steps (default: the task's);
+    ``log``: False for the window's later steps (placement is logged once per op and window, as TF logs it
+    once per graph, not once per step).
     """
     backend = runtime.backend
     at = task.step if step is None else step
@@ -253,7 +256,7 @@ def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], s
                             user_origin(exc.__traceback__, task.base_dir)) from None
     stop = time.time()
     runtime.record(task.run, task.name, "op", runtime.config.name, start, stop - start, _nbytes(value))
-    if task.log:
+    if task.log and log:
         worker.log_event(LOG_TOPIC, f"Executing op {_tf_name(task.kind)} ({task.name}) in device {worker.name}")
     return value
 

@@ -112,7 +112,7 @@ def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
                     value = received[slot]
                 raw.append(_element(value, element))
             began = time.time() if timeline is not None else 0.0
-            env[j] = execute(op, runtime, worker, tuple(raw), step)
+            env[j] = execute(op, runtime, worker, tuple(raw), step, step == task.start)
             if timeline is not None:
                 timeline.add("op", op.name, began, time.time())
             for ref, element, devices in task.sends[j]:
