@@ -5,13 +5,17 @@ totals and how loops ran), a **timeline** with one row per device — every op
 a bar from its start for its duration, every value Dask moved an arrow from
 the sender's row to the receiver's — the **memory** of each device (planned
 peak beside the peak its backend saw, and the limit), and tables of the
-devices and ops. Everything bokeh needs is inlined, so the file opens
+devices and ops. For each loop that ran in gang windows, its **step picture**:
+one sampled step's critical path, segment by segment on its devices, and each
+device's median step split into compute per op, waiting, sending and
+overhead. Everything bokeh needs is inlined, so the file opens
 offline. Only :mod:`.figures` imports bokeh, inside the functions that draw,
 so importing the package never loads it.
 
 Its modules: :mod:`.view` (the run report's JSON, checked), :mod:`.words`
 (durations, sizes, device names), :mod:`.lanes` (the timeline's geometry),
-:mod:`.figures` (the bokeh figures) and :mod:`.page` (header, tables, template).
+:mod:`.steps` (a loop's step picture: its bars and words), :mod:`.figures` (the bokeh
+figures) and :mod:`.page` (header, tables, template).
 """
 
 from __future__ import annotations
@@ -27,7 +31,19 @@ from .figures import (
 )
 from .lanes import FRAME_WIDTH, LABEL_CHAR_PX, MAX_LANES
 from .page import PAGE_WIDTH, render_run_report_file, run_report_html
-from .view import BadRunReport, DeviceView, OpView, RunView, TransferView, parse_run_report, read_run_report
+from .steps import STEP_COLOURS, micro
+from .view import (
+    BadRunReport,
+    DeviceView,
+    LoopStepsView,
+    OpView,
+    RunView,
+    SegmentView,
+    StepSplitView,
+    TransferView,
+    parse_run_report,
+    read_run_report,
+)
 from .words import HOST_NOT_MEASURED, op_timing, seconds, short_device
 
 __all__ = [
@@ -42,12 +58,17 @@ __all__ = [
     "PAGE_WIDTH",
     "PLANNED_COLOUR",
     "SEEN_COLOUR",
+    "STEP_COLOURS",
     "TRANSFER_COLOUR",
     "BadRunReport",
     "DeviceView",
+    "LoopStepsView",
     "OpView",
     "RunView",
+    "SegmentView",
+    "StepSplitView",
     "TransferView",
+    "micro",
     "op_timing",
     "parse_run_report",
     "read_run_report",

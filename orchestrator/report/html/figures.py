@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ...errors import format_bytes
 from .lanes import FRAME_WIDTH, Row, device_rows, extent, time_zero
+from .steps import STEP_CSS, STEP_ROW_PX, STEP_TEXT_WIDTH, StepBars, path_bars, split_bars, step_words
 from .view import DeviceView, OpView, RunView, TransferView
 from .words import HOST_NOT_MEASURED, op_timing, seconds, short_device, size_or_unknown
 
 if TYPE_CHECKING:
+    from bokeh.core.property.vectorization import Field
     from bokeh.models import Model
     from bokeh.models.annotations import LegendItem
     from bokeh.plotting import figure as Figure
@@ -53,6 +55,7 @@ def page_html(view: RunView, template: str, variables: Mapping[str, str]) -> str
         roots.append(_timeline(view))
     if view.devices:
         roots.append(_memory(view))
+    roots += _loop_steps(view)
     if not roots:
         roots.append(Div(text="<p>The report records no ops and no devices: nothing to draw.</p>"))
     layout = column(*roots, spacing=18)
@@ -197,9 +200,10 @@ def _transfers(fig: Figure, view: RunView, rows: Mapping[str, Row], origin: floa
     return _legend_item("value moved by Dask (sender → receiver)", lines)
 
 
-def _legend_item(label: str, renderer: Any, index: int | None = None) -> LegendItem:
-    """A legend entry drawn like ``renderer`` at row ``index`` of its data. (``Any``: bokeh's stubs want a
-    ``GlyphRenderer[Glyph]``, which to mypy a ``GlyphRenderer[HBar]`` is not.)"""
+def _legend_item(label: str | Field, renderer: Any, index: int | None = None) -> LegendItem:
+    """A legend entry drawn like ``renderer`` at row ``index`` of its data, or one per value of a ``field`` of
+    its data. (``Any``: bokeh's stubs want a ``GlyphRenderer[Glyph]``, which to mypy a ``GlyphRenderer[HBar]``
+    is not.)"""
     from bokeh.models.annotations import LegendItem
 
     return LegendItem(label=label, renderers=[renderer], index=index)
@@ -308,3 +312,51 @@ def _round_bytes(n: int) -> str:
             return f"{n:g} {unit}"
         n //= 1024
     raise AssertionError("unreachable")
+
+
+# --------------------------------------------------------------------------- loop steps
+
+
+def _loop_steps(view: RunView) -> list[Model]:
+    """Per loop with a step picture: its words, one step's critical path, each device's median step."""
+    from bokeh.models import InlineStyleSheet
+    from bokeh.models.widgets import Div
+
+    roots: list[Model] = []
+    for loop in view.loop_steps:
+        if loop.segments or loop.devices:
+            # a Div's text lives in its own shadow DOM: the page's CSS does not reach it
+            roots.append(Div(text=step_words(loop, view), width=STEP_TEXT_WIDTH,
+                             stylesheets=[InlineStyleSheet(css=STEP_CSS)]))
+            roots += [_step_bars(bars) for bars in (path_bars(loop, view), split_bars(loop, view)) if bars.rows]
+    return roots
+
+
+def _step_bars(bars: StepBars) -> Figure:
+    """Bars on device rows (a step's path, or its split), labelled where a label fits, coloured and hovered."""
+    from bokeh.core.properties import field
+    from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Range1d
+    from bokeh.models.annotations import Legend
+    from bokeh.plotting import figure
+
+    fig = figure(frame_width=FRAME_WIDTH, frame_height=STEP_ROW_PX * len(bars.rows) + 10,
+                 y_range=FactorRange(factors=list(reversed(bars.rows))), x_range=Range1d(start=0, end=bars.end),
+                 tools="xpan,xwheel_zoom,reset,save", active_scroll="xwheel_zoom", toolbar_location="above",
+                 title=bars.title, x_axis_label=bars.axis)
+    fig.yaxis.major_label_text_font_size = "11px"
+    fig.ygrid.visible = False
+    source = ColumnDataSource(data=bars.columns)
+    drawn = fig.hbar(y="row", left="left", right="right", height=0.6, source=source, fill_color="colour",
+                     line_color="#ffffff", line_width=1)
+    fig.text(x="left", y="row", text="label", source=source, x_offset=4, text_baseline="middle",
+             text_font_size="10px", text_color="#222222")
+    if bars.marks:
+        fig.scatter(x=bars.marks["x"], y=bars.marks["row"], marker="dash", angle=math.pi / 2, size=26,
+                    line_color="#222222", line_width=2)
+        fig.text(x=bars.marks["text_x"], y=bars.marks["row"], text=bars.marks["text"], x_offset=8,
+                 text_baseline="middle", text_font_size="10px", text_color="#222222")
+    fig.add_tools(HoverTool(renderers=[drawn], tooltips=list(bars.tooltips)))
+    # one entry per kind, from the bars' own "legend" column (bokeh groups it in the browser)
+    fig.add_layout(Legend(items=[_legend_item(field("legend"), drawn)], location="top_left",
+                          label_text_font_size="10px", spacing=0), "right")
+    return fig

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from ...errors import format_bytes
 from .figures import MAX_LABELS, page_html
 from .lanes import time_zero
+from .steps import TRANSPORT_SENTENCES
 from .view import RunView, parse_run_report, read_run_report
 from .words import HOST_NOT_MEASURED, plural, seconds, short_device, size_or_unknown
 
@@ -56,6 +57,8 @@ def _header(view: RunView, source: str) -> str:
                       + (f"; loop windows sent {format_bytes(exchanged)} worker to worker" if exchanged else ""))),
         ("loops", "<br>".join(f"<b>{_e(k)}</b>: {_e(v)}" for k, v in view.loops) or "none"),
     ]
+    if view.transport:
+        facts.append(("loop transport", _e(TRANSPORT_SENTENCES.get(view.transport, view.transport))))
     if view.restarted:
         facts.append(("restarted devices", _e(", ".join(view.restarted))))
     if view.unverified:
@@ -83,8 +86,10 @@ def _notes(view: RunView) -> str:
                      "how much time the op took in all, not when: its runs were spread over the loop "
                      f"(the run took {_e(seconds(view.elapsed))}).")
     if view.totals.get("bytes_exchanged", 0):
-        notes.append("Values loop windows sent worker to worker are not drawn: the report records their total "
-                     "bytes, not each message.")
+        notes.append("Values loop windows sent worker to worker are not drawn on the timeline: the report records "
+                     "their total bytes, not each message."
+                     + (" The step pictures below show where a sampled step's time went, sends and transits "
+                        "included." if any(loop.segments or loop.devices for loop in view.loop_steps) else ""))
     untimed = [o for o in view.ops if o.start is None]
     if untimed:
         notes.append(f"{plural(len(untimed), 'op')} with no worker record (loop states and results the driver "

@@ -63,6 +63,40 @@ class TransferView:
 
 
 @dataclass(frozen=True)
+class SegmentView:
+    """A piece of a loop step's critical path, in time order: an op, a wait, a send, a transit or overhead."""
+
+    device: str  # a transit's device is the receiver's
+    kind: str
+    name: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class StepSplitView:
+    """Where one device's step went: medians over the sampled steps of each part (so they need not add up)."""
+
+    device: str
+    step: float
+    compute: tuple[tuple[str, float], ...]  # per op, in the report's order
+    wait: float
+    send: float
+    overhead: float
+
+
+@dataclass(frozen=True)
+class LoopStepsView:
+    """A loop's step picture (``loop_steps``): the sampled steps, each device's split, one step's critical path."""
+
+    loop: str
+    sampled_steps: tuple[int, ...]
+    devices: tuple[StepSplitView, ...]
+    path_step: int | None
+    path_seconds: float
+    segments: tuple[SegmentView, ...]
+
+
+@dataclass(frozen=True)
 class RunView:
     """The fields of a run report the page shows, checked."""
 
@@ -83,6 +117,8 @@ class RunView:
     transfers: tuple[TransferView, ...]
     restarted: tuple[str, ...]
     unverified: tuple[str, ...]
+    transport: str = ""  # how loop windows' values went between workers; "" in reports without gang loops
+    loop_steps: tuple[LoopStepsView, ...] = ()  # none in older reports and runs without gang loops
 
     def device_order(self) -> list[str]:
         """The report's devices in its order, then any device only an op or a transfer names."""
@@ -194,6 +230,7 @@ def _parse(top: _Fields) -> RunView:
     totals = top.mapping("totals")
     phases = top.mapping("phases_seconds")
     loops = top.mapping("loops")
+    steps = top.mapping("loop_steps")
     return RunView(
         name=top.text("name"), file=top.text("file", ""), run=top.text("run", ""),
         backend=top.text("backend", "unknown"), granularity=top.text("granularity", "partition"),
@@ -208,6 +245,8 @@ def _parse(top: _Fields) -> RunView:
                         for i, item in enumerate(top.items("transfers", optional=True))),
         restarted=tuple(str(d) for d in top.items("restarted_devices", optional=True)),
         unverified=tuple(str(d) for d in top.items("unverified", optional=True)),
+        transport=top.text("transport", ""),
+        loop_steps=tuple(_loop_steps(key, steps.mapping(key)) for key in steps.data),
     )
 
 
@@ -232,3 +271,34 @@ def _device(f: _Fields) -> DeviceView:
 def _transfer(f: _Fields) -> TransferView:
     return TransferView(value=f.text("value"), source=f.text("from"), target=f.text("to"),
                         nbytes=f.count("bytes") or 0, start=f.number("start") or 0.0, stop=f.number("stop") or 0.0)
+
+
+def _loop_steps(loop: str, f: _Fields) -> LoopStepsView:
+    path = f.mapping("critical_path")
+    splits = f.mapping("devices")
+    return LoopStepsView(
+        loop=loop, sampled_steps=tuple(_whole(step, f"{f.where}.sampled_steps[{i}]")
+                                       for i, step in enumerate(f.items("sampled_steps", optional=True))),
+        devices=tuple(_split(key, splits.mapping(key)) for key in splits.data),
+        path_step=path.count("step", optional=True), path_seconds=path.number("seconds", optional=True) or 0.0,
+        segments=tuple(_segment(_Fields(item, f"{path.where}.segments[{i}]"))
+                       for i, item in enumerate(path.items("segments", optional=True))))
+
+
+def _whole(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Wrong(f"'{where}' should be a whole number, got {_json_type(value)}")
+    return value
+
+
+def _split(device: str, f: _Fields) -> StepSplitView:
+    compute = f.mapping("compute")
+    return StepSplitView(device=device, step=f.number("step") or 0.0,
+                         compute=tuple((op, compute.number(op) or 0.0) for op in compute.data),
+                         wait=f.number("wait") or 0.0, send=f.number("send") or 0.0,
+                         overhead=f.number("overhead") or 0.0)
+
+
+def _segment(f: _Fields) -> SegmentView:
+    return SegmentView(device=f.text("device"), kind=f.text("kind"), name=f.text("name", ""),
+                       seconds=f.number("seconds") or 0.0)
