@@ -23,6 +23,7 @@ import pytest
 from orchestrator import run_file
 from orchestrator.cli import run_cli
 from orchestrator.errors import format_bytes
+from orchestrator.report import loop_step_lines, placement_summary
 from orchestrator.report.html import (HOST_NOT_MEASURED, BadRunReport, op_timing, parse_run_report, run_report_html,
                                       seconds, short_device)
 
@@ -88,7 +89,8 @@ def drawn(page: str) -> set[str]:
     """Every string of the bokeh documents embedded in the page: labels, hover texts, axis labels."""
     blocks = re.findall(r'<script type="application/json"[^>]*>(.*?)</script>', page, re.S)
     assert blocks, "no bokeh document in the page"
-    return {s for block in blocks for s in _strings(json.loads(block))}
+    # bokeh makes the JSON HTML-safe (html.escape, quote=False): a Div's markup reads back as it was written
+    return {s for block in blocks for s in _strings(json.loads(html.unescape(block)))}
 
 
 @pytest.mark.cluster
@@ -261,6 +263,56 @@ def test_reports_with_nothing_to_draw_still_render() -> None:
     older = _report()
     del older["transfers"], older["phases_seconds"], older["loops"]  # reports from before these fields
     assert "x (80 B)" not in drawn(run_report_html(older))
+
+
+def _steps(cpu: str, gpu: str) -> dict[str, Any]:
+    """A hand-made step picture: a step of 1 ms whose path goes from the CPU to the GPU and back."""
+    return {"train": {
+        "sampled_steps": [2, 102],
+        "devices": {gpu: {"step": 0.001, "compute": {"train/y": 0.0005}, "wait": 0.0003, "send": 0.0001,
+                          "overhead": 0.0001}},
+        "critical_path": {"step": 102, "seconds": 0.001, "segments": [
+            {"device": gpu, "kind": "transit", "name": f"state:w from {cpu}", "seconds": 0.0003},
+            {"device": gpu, "kind": "op", "name": "train/y", "seconds": 0.0005},
+            {"device": gpu, "kind": "send", "name": f"train/y to {cpu}", "seconds": 0.0001},
+            {"device": cpu, "kind": "overhead", "name": "", "seconds": 0.0001}]}}}
+
+
+def test_a_step_picture_draws_its_path_end_to_end_and_prints_its_line() -> None:
+    data = _report()
+    cpu, gpu = data["devices"][0]["device"], data["devices"][1]["device"]
+    data.update(loop_steps=_steps(cpu, gpu), transport="links", placement={})
+    page = run_report_html(data)
+    strings = drawn(page)
+    line = ("train: a step 1.00 ms on the critical path (compute 0.50 ms, transit 0.30 ms, send 0.10 ms, "
+            "overhead 0.10 ms; 2 steps sampled; values over direct links)")
+    assert loop_step_lines(data) == [line]
+    assert placement_summary(data).endswith(f"\n  {line}\n")
+    words = next(s for s in strings if s.startswith("<h2>Loop <code>train</code>: one step</h2>"))
+    assert f"<b>{html.escape(line)}</b>" in words and "Sampled steps: 2, 102 " in words
+    # labels where they fit on an axis of 1020 µs, 840 px wide: "overhead 100 µs" does not, its duration does
+    assert {"transit 300 µs", "train/y 500 µs", "send 100 µs", "100 µs"} <= strings
+    assert f"transit: state:w from {cpu}" in strings and "+800 µs" in strings and "+900 µs" in strings
+    assert {"compute: train/y", "50% of the median step", "median step 1000 µs", "30% of the median step"} <= strings
+    assert "<th>loop transport</th>" in page
+
+
+def test_reports_without_a_step_picture_have_no_step_section() -> None:
+    cpu, gpu = (d["device"] for d in _report()["devices"])
+    unsampled = {"train": {"sampled_steps": [], "devices": {},
+                           "critical_path": {"step": None, "seconds": 0.0, "segments": []}}}
+    for data in (_report(), _report(loop_steps={}, transport=""), _report(loop_steps=unsampled, transport="links")):
+        strings = drawn(run_report_html(data))
+        assert not any("one step" in s or "critical path" in s for s in strings)
+        assert loop_step_lines(data) == []
+    odd = _steps(cpu, gpu)
+    odd["train"]["critical_path"]["segments"][3]["kind"] = "gc"  # a kind a newer run may record: drawn, grey
+    assert "gc: " not in drawn(run_report_html(_report(loop_steps=odd)))
+    assert "gc" in drawn(run_report_html(_report(loop_steps=odd)))
+    odd["train"]["critical_path"]["segments"][0]["seconds"] = "soon"
+    with pytest.raises(BadRunReport, match=r"'loop_steps.train.critical_path.segments\[0\].seconds' should be a "
+                                           "number, got a string"):
+        run_report_html(_report(loop_steps=odd))
 
 
 def test_words() -> None:

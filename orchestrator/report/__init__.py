@@ -2,7 +2,8 @@
 
 The last stage: it renders the records of the others and decides nothing.
 :mod:`.text` holds the diagnostics (text, json, github; SARIF from
-:mod:`.sarif`), the plan (text, json, dot) and the end-of-run summary;
+:mod:`.sarif`), the plan (text, json, dot) and the end-of-run summary
+(with a line per gang loop of its step's critical path);
 :mod:`.diff` the plan diff (text, json, github); :mod:`.html` the run report
 as a page (bokeh, imported only to draw). ``DIAGNOSTIC_FORMATS``,
 ``PLAN_FORMATS`` and ``PLAN_DIFF_FORMATS`` are the registries the CLI's
@@ -17,6 +18,7 @@ from .text import (
     PLAN_JSON_VERSION,
     diagnostics_text,
     github_escape,
+    loop_step_lines,
     placement_summary,
     plan_dict,
     plan_dot,
@@ -26,5 +28,5 @@ from .text import (
 
 __all__ = ["DIAGNOSTIC_FORMATS", "PLAN_DIFF_FORMATS", "PLAN_DIFF_JSON_VERSION", "PLAN_FORMATS", "PLAN_JSON_VERSION",
            "RULES", "SARIF_SCHEMA", "SARIF_VERSION", "diagnostics_sarif", "diagnostics_text", "github_escape",
-           "placement_summary", "plan_dict", "plan_diff_dict", "plan_diff_text", "plan_dot", "plan_json", "plan_text",
+           "loop_step_lines", "placement_summary", "plan_dict", "plan_diff_dict", "plan_diff_text", "plan_dot", "plan_json", "plan_text",
            "rule_description", "summary_line"]
