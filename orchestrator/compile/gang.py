@@ -201,6 +201,23 @@ def _frees(count: int, kept: set[int], last_reader: dict[int, int]) -> tuple[tup
     return tuple(tuple(sorted(f)) for f in frees)
 
 
+def _urgent(plan: Plan, loop: Loop, shape: _Shape) -> set[str]:
+    """The body ops the next step waits for: every state update and what it reads, on any device.
+
+    Their values are sent the moment they are made, as TF's Send runs as soon as its tensor is ready;
+    other values (a metric's parts) go in one message per device at the step's end or before a wait.
+    """
+    todo = [var.update.op for var in loop.state]
+    found: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in found or name not in shape.device_of:
+            continue
+        found.add(name)
+        todo += [ref.op for ref in plan.spec.op(name).inputs]
+    return found
+
+
 SAMPLED_WINDOWS = 8  # windows per loop whose second step every device records (the step picture)
 
 
@@ -224,6 +241,7 @@ def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, op
                            task_names=options.task_names)
     shape = _shape(plan, loop)
     sends = _sends(plan, shape)
+    urgent = _urgent(plan, loop, shape)
     keys = {d: builder.names.window(loop.name, _short(plan.spec.cluster.device(d).spec  # type: ignore[union-attr]
                                                         ), suffix) for d in shape.devices}
     carried: dict[str, Located] = {}
@@ -245,7 +263,8 @@ def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, op
                                                   for j in range(len(mine))),
                              tuple(received), tuple(rules), tuple(metrics), _frees(len(mine), kept, last_reader),
                              len(args.refs), tuple(args.index) if any(i >= 0 for i in args.index) else (),
-                             loop.name, _sampled(loop, start, last, offset))
+                             loop.name, _sampled(loop, start, last, offset),
+                             tuple(n in urgent and bool(sends[d].get(j)) for j, n in enumerate(mine)))
         device = DeviceSpec.parse(d)
         builder.add(keys[d], Task(keys[d], run_window, payload, *args.refs, *controls), device, mine[0], 0)
         builder.partition_ops[keys[d]] = tuple(mine)

@@ -69,6 +69,7 @@ class WindowTask:
     arg_index: tuple[int, ...] = ()  # per value argument: the element of a tuple it is, or -1
     loop_name: str = ""
     sample: int | None = None  # the first of two steps whose timelines this device records (the step picture)
+    urgent: tuple[bool, ...] = ()  # per op: its sends go at once (the next step waits for them)
 
 
 def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
@@ -77,67 +78,91 @@ def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
     outer = [a if not task.arg_index or task.arg_index[i] < 0 else a[task.arg_index[i]]
              for i, a in enumerate(args[:task.n_args])]
     del args
-    out = _Outgoing(worker, runtime, task)
-    state = _first_states(task, outer, out)
-    series: list[list[Any]] = [[] for _ in task.metrics]
-    last = task.start + task.steps - 1
-    for step in range(task.start, last + 1):
+    window = _Window(task, worker, runtime, outer)
+    for step in range(task.start, window.last + 1):
+        window.run_step(step)
+    window.out.wait()  # the window ends once every value it sent is on its way
+    carried = tuple(window.state[v] for v, rule in enumerate(task.states) if rule.update is not None)
+    return carried + tuple(np.stack([np.asarray(x) for x in values]) for values in window.series)
+
+
+class _Window:
+    """One device's window while it runs: the states it holds, the metrics so far, what it sends."""
+
+    def __init__(self, task: WindowTask, worker: Any, runtime: Runtime, outer: list[Any]):
+        self.task, self.worker, self.runtime, self.outer = task, worker, runtime, outer
+        self.out = _Outgoing(worker, runtime, task)
+        self.state = _first_states(task, outer, self.out)
+        self.series: list[list[Any]] = [[] for _ in task.metrics]
+        self.last = task.start + task.steps - 1
+        self.updates: list[list[int]] = [[] for _ in task.ops]  # per op: the states it updates
+        for v, rule in enumerate(task.states):
+            if rule.update is not None:
+                self.updates[rule.update[0]].append(v)
+        self.flush_after = [bool(task.urgent and task.urgent[j]) or any(task.states[v].send_to
+                                                                        for v in self.updates[j])
+                            for j in range(len(task.ops))]
+
+    def run_step(self, step: int) -> None:
+        task, out = self.task, self.out
         timeline = Timeline(step) if task.sample is not None and 0 <= step - task.sample <= 1 else None
         out.timeline = timeline
         received: dict[int, Any] = {}
-        here = list(state)
+        here = list(self.state)
         for v, rule in enumerate(task.states):  # a state updated elsewhere arrives for each step after the first
             if rule.update is None and rule.first is not None and (step > task.start or rule.first[0] == RECEIVED):
                 here[v] = None
         env: list[Any] = [None] * len(task.ops)
         for j, op in enumerate(task.ops):
-            raw = []
-            for kind, slot, element in task.inputs[j]:
-                if kind == LOCAL:
-                    value = env[slot]
-                elif kind == ARG:
-                    value = outer[slot]
-                elif kind == STATE:
-                    if here[slot] is None:
-                        rule = task.states[slot]
-                        out.flush()  # never wait with values unsent that another device may be waiting for
-                        here[slot] = _receive(runtime, task, step, f"state:{rule.name}", rule.owner, op.name,
-                                              timeline)
-                    value = here[slot]
-                else:
-                    if slot not in received:
-                        ref, sender = task.received[slot]
-                        out.flush()
-                        received[slot] = _receive(runtime, task, step, ref, sender, op.name, timeline)
-                    value = received[slot]
-                raw.append(_element(value, element))
+            raw = tuple(self.input(kind, slot, element, env, here, received, step, op.name, timeline)
+                        for kind, slot, element in task.inputs[j])
             began = time.time() if timeline is not None else 0.0
-            env[j] = execute(op, runtime, worker, tuple(raw), step, step == task.start)
+            env[j] = execute(op, self.runtime, self.worker, raw, step, step == task.start)
             if timeline is not None:
                 timeline.add("op", op.name, began, time.time())
             for ref, element, devices in task.sends[j]:
                 out.add(step, ref, _element(env[j], element), devices)
+            for v in self.updates[j]:  # a state goes on to its readers as soon as it is made
+                rule = task.states[v]
+                self.state[v] = _element(env[j], rule.update[1])  # type: ignore[index]
+                if step < self.last:
+                    out.add(step + 1, f"state:{rule.name}", self.state[v], rule.send_to)
+            if self.flush_after[j]:
+                out.flush()
             for slot in task.frees[j]:
                 env[slot] = None
-        _end_step(task, env, state, series, out, step, last)
+        _end_step(task, env, self.series, out)
         if timeline is not None:
-            runtime.sample_step(task.run, task.loop_name, task.device, timeline.finish())
-    out.wait()  # the window ends once every value it sent is on its way
-    carried = tuple(state[v] for v, rule in enumerate(task.states) if rule.update is not None)
-    return carried + tuple(np.stack([np.asarray(x) for x in values]) for values in series)
+            self.runtime.sample_step(task.run, task.loop_name, task.device, timeline.finish())
+
+    def input(self, kind: int, slot: int, element: int, env: list[Any], here: list[Any], received: dict[int, Any],
+              step: int, reader: str, timeline: Timeline | None) -> Any:
+        """One input of an op at ``step``: made here, moved here before the loop, carried, or received."""
+        if kind == LOCAL:
+            value = env[slot]
+        elif kind == ARG:
+            value = self.outer[slot]
+        elif kind == STATE:
+            if here[slot] is None:
+                rule = self.task.states[slot]
+                self.out.flush()  # never wait with values unsent that another device may be waiting for
+                here[slot] = _receive(self.runtime, self.task, step, f"state:{rule.name}", rule.owner, reader,
+                                      timeline)
+            value = here[slot]
+        else:
+            if slot not in received:
+                ref, sender = self.task.received[slot]
+                self.out.flush()
+                received[slot] = _receive(self.runtime, self.task, step, ref, sender, reader, timeline)
+            value = received[slot]
+        return _element(value, element)
 
 
-def _end_step(task: WindowTask, env: list[Any], state: list[Any], series: list[list[Any]], out: _Outgoing,
-              step: int, last: int) -> None:
-    """Keep the step's metrics and updated states; send the states on for the next step."""
+def _end_step(task: WindowTask, env: list[Any], series: list[list[Any]], out: _Outgoing) -> None:
+    """Keep the step's metrics; send what is still unsent."""
     backend = out.runtime.backend
     for m, (slot, element) in enumerate(task.metrics):
         series[m].append(backend.to_host(_element(env[slot], element)))
-    for v, rule in enumerate(task.states):
-        if rule.update is not None:
-            state[v] = _element(env[rule.update[0]], rule.update[1])
-            if step < last and rule.send_to:
-                out.add(step + 1, f"state:{rule.name}", state[v], rule.send_to)
     out.flush()
 
 
