@@ -78,6 +78,7 @@ class _Stream:
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.sender: str | None = None  # known once its first frame (the hello) is read and checked
+        self.error = ""  # why the stream failed, when it did not just end
         self._reset()
 
     def _reset(self) -> None:
@@ -93,7 +94,8 @@ class _Stream:
                     n = self.sock.recv_into(target)
                 except (BlockingIOError, InterruptedError):
                     return True
-                except OSError:
+                except OSError as exc:  # reset, or timed out: keep-alive or unacknowledged data (a dark link)
+                    self.error = exc.strerror or type(exc).__name__
                     return False
                 if n == 0:
                     return False
@@ -295,7 +297,8 @@ class Links:
         del self.incoming[sock]
         sock.close()
         if stream.sender is not None:
-            self.closed[stream.sender] = "its worker closed the link (it stopped or was lost)"
+            self.closed[stream.sender] = f"the link from it failed ({stream.error})" if stream.error else \
+                "its worker closed the link (it stopped or was lost)"
             self.mailbox.wake_takers()
 
     def gone(self, device: str) -> str | None:
