@@ -355,6 +355,9 @@ def _step_bars(bars: StepBars) -> Figure:
                     line_color="#222222", line_width=2)
         fig.text(x=bars.marks["text_x"], y=bars.marks["row"], text=bars.marks["text"], x_offset=8,
                  text_baseline="middle", text_font_size="10px", text_color="#222222")
+    if bars.handoffs.get("x"):  # where the path goes on at another device: a dashed line between their rows
+        fig.segment(x0=bars.handoffs["x"], x1=bars.handoffs["x"], y0=bars.handoffs["from_row"],
+                    y1=bars.handoffs["to_row"], line_color="#555555", line_dash="dashed", line_width=1)
     fig.add_tools(HoverTool(renderers=[drawn], tooltips=list(bars.tooltips)))
     # one entry per kind, from the bars' own "legend" column (bokeh groups it in the browser)
     fig.add_layout(Legend(items=[_legend_item(field("legend"), drawn)], location="top_left",

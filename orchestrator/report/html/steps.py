@@ -53,6 +53,7 @@ class StepBars:
     end: float
     tooltips: tuple[tuple[str, str], ...]
     marks: dict[str, list[Any]] = field(default_factory=dict)  # a tick at x on a row, its text from text_x
+    handoffs: dict[str, list[Any]] = field(default_factory=dict)  # x, from_row, to_row: the path changes device
 
 
 def micro(seconds: float) -> str:
@@ -88,11 +89,16 @@ def path_bars(loop: LoopStepsView, view: RunView) -> StepBars:
         "device": [s.device for s in segs], "took": [micro(s.seconds) for s in segs],
         "at": [f"+{micro(at / 1e6)}" for at in starts],
     }
+    moves = [i for i in range(1, len(segs)) if segs[i].device != segs[i - 1].device]
+    handoffs: dict[str, list[Any]] = {"x": [starts[i] for i in moves],
+                                      "from_row": [short_device(segs[i - 1].device) for i in moves],
+                                      "to_row": [short_device(segs[i].device) for i in moves]}
     return StepBars(title=f"Loop {loop.loop}: the critical path of step {loop.path_step} "
                           f"({micro(loop.path_seconds)}), segment by segment on the device where it happened",
                     axis="µs since the path's first segment began", rows=tuple(short_device(d) for d in order),
                     columns=columns, end=end,
-                    tooltips=(("segment", "@what"), ("device", "@device"), ("took", "@took"), ("at", "@at")))
+                    tooltips=(("segment", "@what"), ("device", "@device"), ("took", "@took"), ("at", "@at")),
+                    handoffs=handoffs)
 
 
 def _split_parts(d: StepSplitView) -> list[tuple[str, str, str, str, float]]:
