@@ -17,7 +17,7 @@ the drained timelines into the run report's ``loop_steps``:
   the previous step: the path is one period of the loop.
 
 Times of different devices are compared directly: right on one host,
-skewed by the hosts' clock difference across hosts (the picture says which).
+skewed by the hosts' clock difference across hosts (the page warns of it).
 """
 
 from __future__ import annotations
