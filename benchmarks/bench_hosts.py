@@ -196,6 +196,12 @@ def towers_block(hosts: Hosts, layout: str, runs: int, out: list[dict[str, Any]]
                 out.append({"config": config, "layout": layout, **r})
                 print(f"B7 towers {config:<20}: compute {r['compute_s']:.2f} s (whole process {r['whole_s']:.2f} s, "
                       f"CPU {r['cpu_s']:.2f} s, other processes {r['other_cores']:.2f} cores)", flush=True)
+    # the machine's own ceiling meanwhile (B4's control): the same towers as plain NumPy processes, no cluster up
+    from bench_scaling import raw_numpy
+
+    for processes in (1, 2) if layout == "1 host" else (2, 1):
+        out.append({"config": f"plain NumPy, {processes} process{'es' if processes > 1 else ''}",
+                    "layout": layout, "compute_s": raw_numpy(processes, 2)})
 
 
 def timed(budget: Budget, what: str, block: Callable[[], None]) -> None:
@@ -265,13 +271,15 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
         poly["estimate_with_delay"] = {"loop_s": two["loop_s"] + added, "ratio_loop": (two["loop_s"] + added) / one["loop_s"],
                                        "added_s": added, "how": "2 hosts' loop + steps × one round trip of 2 × 0.5 ms"}
     keys = ("compute_s", "whole_s", "cpu_s", "other_cores")
-    configs = ["1 device", "2 devices, 1 host", "2 devices, 2 hosts"]
+    configs = ["1 device", "2 devices, 1 host", "2 devices, 2 hosts", "plain NumPy, 1 process", "plain NumPy, 2 processes"]
     towers: dict[str, Any] = {c: medians([r for r in data["towers_runs"] if r["config"] == c], keys) for c in configs}
     base = towers["1 device"]
-    values = {r["value"] for r in data["towers_runs"]}
+    values = {r["value"] for r in data["towers_runs"] if "value" in r}
     towers.update({
         "speedup_2_hosts": ratio(base["compute_s"], towers["2 devices, 2 hosts"]["compute_s"]),
         "speedup_1_host_2_devices": ratio(base["compute_s"], towers["2 devices, 1 host"]["compute_s"]),
+        "plain_numpy_speedup": ratio(towers["plain NumPy, 1 process"]["compute_s"],
+                                     towers["plain NumPy, 2 processes"]["compute_s"]),
         "cpu_2_hosts_over_1_device": ratio(towers["2 devices, 2 hosts"]["cpu_s"], base["cpu_s"]),
         "goal_at_least": GOALS["towers_at_least"], "values_agree": len(values) <= 1, "value": next(iter(values), None)})
     return {**{k: v for k, v in data.items() if not k.endswith("_runs")}, "polyfit": poly, "towers": towers,
@@ -305,7 +313,8 @@ def print_summary(s: dict[str, Any]) -> None:
               f"CPU {fmt(r['cpu_s'])} s, other processes {fmt(r['other_cores'])} cores [{r['runs']} runs]")
     print(f"  towers 1 device ÷ 2 hosts: {fmt(t['speedup_2_hosts'])}x (goal >= {t['goal_at_least']}); "
           f"÷ 2 devices on 1 host: {fmt(t['speedup_1_host_2_devices'])}x; CPU 2 hosts ÷ 1 device "
-          f"{fmt(t['cpu_2_hosts_over_1_device'])}{'' if t['values_agree'] else '; VALUES DIFFER'}")
+          f"{fmt(t['cpu_2_hosts_over_1_device'])}; 2 plain NumPy processes ÷ 1 meanwhile (the machine's ceiling): "
+          f"{fmt(t['plain_numpy_speedup'])}x{'' if t['values_agree'] else '; VALUES DIFFER'}")
     if s.get("lost_link"):
         print(f"  {describe(s['lost_link'])}")
 

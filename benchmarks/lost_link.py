@@ -85,7 +85,8 @@ def lose_link_mid_run(hosts: Hosts, limit: float = 60.0, steps: int = 200_000) -
             if client.poll() is None:
                 os.killpg(client.pid, signal.SIGKILL)
                 client.wait()
-        scheduler_log = _read(os.path.join(logs, "scheduler.log"))
+            scheduler_log = _read(os.path.join(logs, "scheduler.log"))
+            hosts.link_up(1)  # for whatever runs next on these hosts (host B's workers are stopped with the cluster)
     text = _read(out_path)
     lines = [line for line in text.splitlines() if line.strip()]
     result = {

@@ -1,8 +1,8 @@
 """Two simulated hosts on one machine, for B7 and tests/test_hosts_netns.py.
 
-Host A and host B are Linux network namespaces (``orch-b7-a``, ``orch-b7-b``)
-joined by one veth pair (``b7-a`` 10.77.0.1/24, ``b7-b`` 10.77.0.2/24), each
-with its loopback up. Both ends are shaped like a data-centre link: 1 Gbit/s
+Host A and host B are Linux network namespaces (``orch-b7-a``, ``orch-b7-b``;
+the tests' are ``orch-b7t-a``, ``orch-b7t-b``) joined by one veth pair
+(``b7-a`` 10.77.0.1/24, ``b7-b`` 10.77.0.2/24), each with its loopback up. Both ends are shaped like a data-centre link: 1 Gbit/s
 (``tc tbf``) and 0.5 ms of delay each way (``tc netem``) where the kernel has
 netem; some kernels lack it, and then the link is measured without the delay
 and :class:`Link` says so. Processes started in a namespace see only its
@@ -27,7 +27,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-NAMESPACES = ("orch-b7-a", "orch-b7-b")
 VETH = ("b7-a", "b7-b")
 ADDRESSES = ("10.77.0.1", "10.77.0.2")
 RATE = "1gbit"
@@ -53,7 +52,7 @@ def unavailable() -> str | None:
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
             return f"'{tool}' (iproute2) is not installed"
-    probe = "orch-b7-probe"
+    probe = f"orch-probe-{os.getpid()}"
     _ip("netns", "del", probe, check=False)
     made = _ip("netns", "add", probe, check=False)
     if made.returncode != 0:
@@ -104,9 +103,15 @@ def _shape(namespace: str, dev: str, delay_ms: float) -> tuple[bool, str]:
 
 
 class Hosts:
-    """The two namespaces while the ``with`` block runs; ``hosts.run(i, [...])`` starts a process on host i."""
+    """The two namespaces (``orch-TAG-a``, ``orch-TAG-b``) while the ``with`` block runs.
 
-    def __init__(self, delay_ms: float = DELAY_MS):
+    A benchmark and a test suite may run at once: each gives its own ``tag``.
+    The veth ends are made inside the namespaces, so their names (and the
+    addresses, and the scheduler's port) need not differ.
+    """
+
+    def __init__(self, tag: str = "b7", delay_ms: float = DELAY_MS):
+        self.namespaces = (f"orch-{tag}-a", f"orch-{tag}-b")
         self.delay_ms = delay_ms
         self.link = Link()
 
@@ -123,14 +128,13 @@ class Hosts:
         self.remove()
 
     def _make(self) -> None:
-        _ip("link", "del", VETH[0], check=False)  # a leftover end outside the namespaces
-        for ns in NAMESPACES:
+        for ns in self.namespaces:
             _ip("netns", "add", ns)
             _ip("-n", ns, "link", "set", "lo", "up")
-        _ip("link", "add", VETH[0], "netns", NAMESPACES[0], "type", "veth", "peer", "name", VETH[1],
-            "netns", NAMESPACES[1])
+        _ip("link", "add", VETH[0], "netns", self.namespaces[0], "type", "veth", "peer", "name", VETH[1],
+            "netns", self.namespaces[1])
         notes = []
-        for ns, dev, addr in zip(NAMESPACES, VETH, ADDRESSES, strict=True):
+        for ns, dev, addr in zip(self.namespaces, VETH, ADDRESSES, strict=True):
             _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
             _ip("-n", ns, "link", "set", dev, "up")
             works, why = _shape(ns, dev, self.delay_ms)
@@ -139,22 +143,22 @@ class Hosts:
             self.link.delay_ms = self.delay_ms
         else:
             self.link.netem_note = next(why for works, why in notes if not works)
-            for ns, dev in zip(NAMESPACES, VETH, strict=True):  # the same link both ways: tbf alone on both
+            for ns, dev in zip(self.namespaces, VETH, strict=True):  # the same link both ways: tbf alone on both
                 _tc(ns, "qdisc", "del", "dev", dev, "root")
                 _tc(ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "tbf", "rate", RATE, "burst", BURST,
                     "latency", "400ms")
         self.link.qdiscs = {dev: _tc(ns, "qdisc", "show", "dev", dev).stdout.strip()
-                            for ns, dev in zip(NAMESPACES, VETH, strict=True)}
+                            for ns, dev in zip(self.namespaces, VETH, strict=True)}
 
     def prefix(self, host: int) -> list[str]:
         """The command prefix that runs a program on host ``host`` (0: A, 1: B)."""
-        return ["ip", "netns", "exec", NAMESPACES[host]]
+        return ["ip", "netns", "exec", self.namespaces[host]]
 
     def pids(self, host: int | None = None) -> list[int]:
-        hosts = range(len(NAMESPACES)) if host is None else [host]
+        hosts = range(len(self.namespaces)) if host is None else [host]
         out: list[int] = []
         for h in hosts:
-            listed = _ip("netns", "pids", NAMESPACES[h], check=False).stdout.split()
+            listed = _ip("netns", "pids", self.namespaces[h], check=False).stdout.split()
             out += [int(p) for p in listed if p.isdigit()]
         return out
 
@@ -170,12 +174,16 @@ class Hosts:
 
     def link_down(self, host: int = 1) -> None:
         """Take host ``host``'s end of the veth down: the other end loses its carrier, nothing crosses."""
-        _ip("-n", NAMESPACES[host], "link", "set", VETH[host], "down")
+        _ip("-n", self.namespaces[host], "link", "set", VETH[host], "down")
+
+    def link_up(self, host: int = 1) -> None:
+        """Back up (its address and qdiscs stayed; the kernel puts its route back)."""
+        _ip("-n", self.namespaces[host], "link", "set", VETH[host], "up")
 
     def remove(self) -> None:
         """Kill what runs in the namespaces, then delete them (and the veth pair with them)."""
         listed = set(_ip("netns", "list", check=False).stdout.split())
-        for h, ns in enumerate(NAMESPACES):
+        for h, ns in enumerate(self.namespaces):
             if ns in listed:
                 self.kill_all(h, grace=3.0)
                 _ip("netns", "del", ns, check=False)

@@ -48,7 +48,7 @@ from .connect import choose_backend, connect, cuda_counter, wait_for_devices
 from .loops import StagedRun
 from .outputs import refuse_overwrites, write_outputs
 from .accounting import device_records, op_records, verify
-from .watch import SchedulerWatch
+from .watch import SchedulerWatch, tell_workers
 from .steps import step_pictures
 
 Echo = Callable[[str], None]
@@ -140,8 +140,7 @@ class Runner:
                 if self.cache is not None:  # what finished is written even when the run failed (for --resume)
                     self.cache.finish(self.saves_settled)
                 if not self.saves_settled:  # the run failed or was stopped: every existing file stays as it was
-                    with contextlib.suppress(Exception):
-                        client.run(discard_saves, run=self.token)
+                    tell_workers(client, discard_saves, run=self.token)
                 if self.settings.keep_alive and cluster is not None:
                     self.echo("cluster kept alive (--keep-alive); press Ctrl-C to stop it")
                     _wait_forever()
@@ -274,10 +273,7 @@ class Runner:
         """Wake every task of this run waiting for a value another device will now never send."""
         from ..runtime import abort_run
 
-        try:
-            self.client.run(abort_run, run=self.token, why=f"the run failed: {str(error).splitlines()[0]}")
-        except Exception:  # a worker that died with the run cannot be told; the error at hand is what matters
-            pass
+        tell_workers(self.client, abort_run, run=self.token, why=f"the run failed: {str(error).splitlines()[0]}")
 
     def wait_for(self, futures: Sequence[Any]) -> None:
         """Wait for futures whose values nobody fetches; raise the first error as it happens, naming its op.

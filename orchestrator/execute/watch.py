@@ -14,11 +14,30 @@ the runner to say so in one line.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import RunError
 
 POLL_SECONDS = 0.1
+TELL_SECONDS = 2.0  # how long a failed run waits for its workers to hear that it failed
+
+
+def tell_workers(client: Any, function: Callable[..., Any], **kwargs: Any) -> None:
+    """``client.run(function, **kwargs)`` on every worker, as a failed run's courtesy: waits at most
+    ``TELL_SECONDS`` and ignores every error.
+
+    Why bounded: the workers may be the reason the run failed. A worker behind
+    a link that went dark (a cable, a switch, a host's network: no FIN, no
+    RST) answers nothing, and the scheduler's broadcast waits for it until
+    Dask's TCP timeout (``distributed.comm.timeouts.tcp``, 30 s) — the run
+    would hang that long after its error. Reachable workers get the message
+    in milliseconds either way, and the scheduler finishes the broadcast on
+    its own after we stop waiting.
+    """
+    try:
+        client.run(function, callback_timeout=TELL_SECONDS, **kwargs)
+    except Exception:  # a worker that died or went dark with the run cannot be told; the run's error is what matters
+        pass
 
 
 class SchedulerWatch:
