@@ -7,14 +7,23 @@ import was under way. So this module, which imports nothing heavy, installs
 the handlers first and only then imports the CLI; a stop signal at any point
 prints one line and exits 130 (SIGINT) or 143 (SIGTERM), as ``run_cli`` does
 for a signal that arrives later.
+
+Once the command is done (its cluster closed, its files written) the process
+leaves at once (:func:`_leave`): the exit hooks run, the output is flushed,
+and the interpreter is not torn down — freeing every module of Dask, NumPy
+and bokeh one by one took 0.15 s, a twentieth of a whole ``run``, for memory
+the system reclaims anyway.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import signal
 import sys
-from typing import Any
+import threading
+from typing import Any, NoReturn
 
 from .errors import Terminated
 
@@ -44,4 +53,26 @@ def main() -> None:
     except Terminated:
         sys.stderr.write("terminated\n")
         sys.exit(EXIT_TERMINATED)
-    sys.exit(run_cli())
+    _leave(run_cli())
+
+
+def _leave(code: int) -> NoReturn:
+    """Exit with ``code`` as Python would, but for tearing the interpreter down.
+
+    What an exit must do is done: threads that are not daemons are waited for,
+    then the exit hooks run (logging flushes its handlers, multiprocessing
+    removes its temporary files); then the standard streams are flushed and
+    the process ends. A stop signal now has nothing left to stop.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    os._exit(code)

@@ -97,19 +97,20 @@ def expected_w() -> np.ndarray:
 
 
 def worker_processes() -> set[int]:
-    """Dask worker processes started by this process (its children running multiprocessing's spawn)."""
-    found = set()
+    """Dask worker processes started by this process: spawned children, or children of its fork server."""
+    table: dict[int, tuple[int, bytes]] = {}  # pid -> (parent pid, command line)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
+            table[int(entry.name)] = (int(stat.rsplit(")", 1)[1].split()[1]), (entry / "cmdline").read_bytes())
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"spawn_main" in cmdline:
-            found.add(int(entry.name))
-    return found
+    servers = {pid for pid, (parent, cmdline) in table.items()
+               if parent == os.getpid() and b"multiprocessing.forkserver" in cmdline}
+    return {pid for pid, (parent, cmdline) in table.items()
+            if parent in servers or (parent == os.getpid() and b"spawn_main" in cmdline)}
 
 
 @pytest.mark.parametrize("granularity", ["partition", "op"])

@@ -306,7 +306,8 @@ def test_cli_run_writes_outputs_report_and_performance_report(tmp_path: Path) ->
     # start-up apart from compute: the embedded cluster's start is neither hidden nor left out
     startup = report["startup_seconds"]
     assert startup == pytest.approx(report["phases_seconds"]["connect"] + report["phases_seconds"]["prepare workers"])
-    assert startup > 0.2 and report["elapsed_seconds"] < startup + report["phases_seconds"]["compute"] + 5
+    # (a tenth of a second or so: worker processes are forked from a server that has imported what they need)
+    assert startup > 0.01 and report["elapsed_seconds"] < startup + report["phases_seconds"]["compute"] + 5
     summary = next(line for line in text.splitlines() if "Dask task" in line)
     assert f"in {report['elapsed_seconds']:.2f} s after {startup:.2f} s of start-up (cluster and device workers);" \
         in summary

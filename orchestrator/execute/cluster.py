@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
-import threading
+import os
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
@@ -27,6 +26,8 @@ from ..runtime.backends import DeviceConfig, backend_entry
 from ..devices import GpuId
 from ..spec.records import Cluster, Device
 from ..runtime import worker_resources
+from . import processes
+from .processes import deaf_to_sigint
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
@@ -72,14 +73,25 @@ def worker_options(cluster: Cluster, device: Device, host: str | None = "127.0.0
         # worker chatter (start-up banners, heartbeats during shutdown) is not the user's business;
         # real failures reach the user through the client, naming the op
         "silence_logs": logging.CRITICAL,
+        # sets the worker's BLAS threads to its device's (a forked worker inherits NumPy's BLAS loaded)
+        "preload": [*_configured_preloads(), processes.__name__],
     }
     if security is not None:
         options["security"] = security  # the worker's protocol follows the scheduler's address (tls://)
     return options
 
 
+def _configured_preloads() -> list[str]:
+    import dask
+
+    configured = dask.config.get("distributed.worker.preload", default=[]) or []
+    return [str(p) for p in ([configured] if isinstance(configured, str) else configured)]
+
+
 def scheduler_config(no_workers_timeout: float, allowed_failures: int) -> dict[str, Any]:
+    """The settings of a run's cluster, held while it runs: a nanny that restarts a lost worker reads them."""
     return {
+        **processes.start_method(),
         "distributed.scheduler.no-workers-timeout": f"{no_workers_timeout}s",
         "distributed.scheduler.allowed-failures": allowed_failures,
         # our tasks are tiny and pinned; work stealing could only move them to a wrong device
@@ -98,6 +110,7 @@ class EmbeddedCluster:
     security: Any = None  # a distributed.Security: TLS everywhere (tls:// addresses)
 
     def start(self) -> Any:
+        import dask
         from distributed import Nanny, Scheduler, SpecCluster
 
         devices = self.devices if self.devices is not None else self.cluster.devices
@@ -112,38 +125,28 @@ class EmbeddedCluster:
         else:
             address = self.dashboard if ":" not in self.dashboard[:1] else f"{self.host}{self.dashboard}"
             scheduler_options["dashboard_address"] = address
-        with _children_deaf_to_sigint():
+        # the fork server first: it imports what a worker needs while the scheduler starts here
+        processes.start_server(server_env())
+        with deaf_to_sigint(), dask.config.set(processes.start_method()):
             return SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": scheduler_options},
                                name="orchestrator", silence_logs=40, security=self.security)
 
 
-@contextlib.contextmanager
-def _children_deaf_to_sigint() -> Iterator[None]:
-    """Block SIGINT in this thread while the cluster's threads and worker processes are made.
+def server_env() -> dict[str, str]:
+    """The fork server's additions to this process's environment: one BLAS/OpenMP thread (each worker
+    sets its device's), and what Dask sets before it starts a worker process (glibc's malloc trimming)."""
+    import dask
 
-    Ctrl-C in a terminal sends SIGINT to the whole process group. The
-    worker processes must not die of it (each printed a traceback, and a
-    nanny restarted what it saw die): this process closes them through
-    their nannies. A signal mask is inherited by the threads a thread
-    starts and kept across fork and exec, so the event loop thread made here,
-    the threads it starts and every worker process they spawn (restarts
-    included) keep SIGINT blocked from their first instruction, which a
-    handler installed by the worker would not. This thread's mask is restored
-    afterwards: a Ctrl-C that came meanwhile is delivered then.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    # multiprocessing starts its resource tracker with SIGINT blocked and then *unblocks* it in the
-    # calling thread; started first, it leaves the mask set below alone.
-    from multiprocessing import resource_tracker
-
-    resource_tracker.ensure_running()
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    # Dask's default (distributed.yaml): distributed adds its defaults to dask.config only when imported, and
+    # the server may start before that; a setting of the user's own is in dask.config already
+    pre_spawn: dict[str, Any] = {"MALLOC_TRIM_THRESHOLD_": 65536}
+    pre_spawn.update(dask.config.get("distributed.nanny.pre-spawn-environ", default=None) or {})
+    env = {name: "1" for name in THREAD_VARIABLES}
+    env.update({str(k): str(v) for k, v in pre_spawn.items() if v is not None and str(k) not in env})
+    # as a nanny does for a spawned worker: the same string hashes in every worker (forks share the server's)
+    if env.get("PYTHONHASHSEED", os.environ.get("PYTHONHASHSEED")) in (None, "0"):
+        env["PYTHONHASHSEED"] = "6640"
+    return env
 
 
 @contextlib.contextmanager

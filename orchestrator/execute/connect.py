@@ -1,5 +1,11 @@
 """Reaching a cluster: start the embedded one or connect to a scheduler, wait for the plan's devices,
-and choose the GPU backend where the GPU workers run."""
+and choose the GPU backend where the GPU workers run.
+
+An embedded cluster's worker processes are forked from a server that imports
+what a worker needs (:mod:`.processes`); :func:`prestart` starts it as the run
+begins, so that it imports on another core while this process imports Dask
+and starts the scheduler.
+"""
 
 from __future__ import annotations
 
@@ -19,8 +25,20 @@ from ..errors import NoWorkerError, RunError, UsageError
 from ..plan.records import Plan
 from .records import RunSettings
 from ..runtime import device_resource, task_resource
-from .cluster import EmbeddedCluster
+from .cluster import EmbeddedCluster, server_env
+from .processes import start_server
 from .security import refused, scheduler_address, security_for
+
+
+def embedded(plan: Plan, settings: RunSettings) -> bool:
+    """Whether the run starts a cluster of its own (else it connects to the scheduler named)."""
+    return (settings.scheduler or plan.spec.cluster.scheduler) in ("local", "", None)
+
+
+def prestart(plan: Plan, settings: RunSettings) -> None:
+    """For an embedded cluster: start its workers' fork server now, before this process imports Dask."""
+    if embedded(plan, settings):
+        start_server(server_env())
 
 
 def connect(plan: Plan, settings: RunSettings, base_dir: str) -> tuple[Any, Any]:
@@ -29,8 +47,7 @@ def connect(plan: Plan, settings: RunSettings, base_dir: str) -> tuple[Any, Any]
 
     spec, s = plan.spec, settings
     security = security_for(spec.cluster.tls, base_dir, s.tls_ca_file, s.tls_cert, s.tls_key)
-    address = s.scheduler or spec.cluster.scheduler
-    if address in ("local", "", None):
+    if embedded(plan, s):
         started: list[Any] = []
         try:  # a stop signal held back during the start arrives when it ends: close what was started
             started.append(EmbeddedCluster(spec.cluster, spec.cluster.dashboard, security=security).start())
@@ -39,7 +56,7 @@ def connect(plan: Plan, settings: RunSettings, base_dir: str) -> tuple[Any, Any]
             if started:
                 started[0].close()
             raise
-    address = scheduler_address(str(address), security)
+    address = scheduler_address(str(s.scheduler or spec.cluster.scheduler), security)
     if refused(address):
         raise RunError(f"cannot connect to the Dask scheduler at {address}: connection refused (is it running? "
                        "start it with 'dask scheduler', or give the right address)")

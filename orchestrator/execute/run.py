@@ -44,7 +44,7 @@ from ..perf import paused_gc
 from ..runtime import LOG_TOPIC, commit_saves, discard_saves, drain_records
 from .caching import CacheUse, default_directory
 from .cluster import dask_settings, device_configs, scheduler_config
-from .connect import choose_backend, connect, cuda_counter, wait_for_devices
+from .connect import choose_backend, connect, cuda_counter, prestart, wait_for_devices
 from .loops import StagedRun
 from .outputs import refuse_overwrites, write_outputs
 from .accounting import device_records, op_records, verify
@@ -92,6 +92,7 @@ class Runner:
     # ------------------------------------------------------------------ run
 
     def run(self) -> RunResult:
+        prestart(self.plan, self.settings)  # the workers' fork server imports meanwhile (execute.processes)
         # Imported here, not with this module (in-process runs never import distributed), and before
         # dask_settings: distributed adds its config defaults when first imported, and a dask.config.set
         # entered before that would delete them all on exit.
