@@ -37,13 +37,15 @@ Where namespaces cannot be made (not root, no iproute2) it writes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lost_link import describe, lose_link_mid_run  # noqa: E402
@@ -175,7 +177,7 @@ class Budget:
 def polyfit_block(hosts: Hosts, layout: str, steps: int, runs: int, out: list[dict[str, Any]],
                   budget: Budget) -> None:
     logs = tempfile.mkdtemp(prefix="b7-polyfit-")
-    with Cluster(hosts, POLYFIT, LAYOUTS["polyfit"][layout], logs) as cluster:
+    with _removed(logs), Cluster(hosts, POLYFIT, LAYOUTS["polyfit"][layout], logs) as cluster:
         polyfit_run(hosts, cluster, min(steps, 200), logs, budget.left())  # warm-up: imports, disk cache
         for _ in range(runs):
             r = polyfit_run(hosts, cluster, steps, logs, budget.left())
@@ -187,7 +189,7 @@ def polyfit_block(hosts: Hosts, layout: str, steps: int, runs: int, out: list[di
 def towers_block(hosts: Hosts, layout: str, runs: int, out: list[dict[str, Any]], budget: Budget) -> None:
     logs = tempfile.mkdtemp(prefix="b7-towers-")
     specs = {"1 device": towers_spec(logs, 0), f"2 devices, {layout}": towers_spec(logs, 1)}
-    with Cluster(hosts, specs["1 device"], LAYOUTS["towers"][layout], logs) as cluster:
+    with _removed(logs), Cluster(hosts, specs["1 device"], LAYOUTS["towers"][layout], logs) as cluster:
         for spec in specs.values():
             towers_run(hosts, cluster, spec, logs, budget.left())  # warm-up
         for i in range(runs):
@@ -202,6 +204,13 @@ def towers_block(hosts: Hosts, layout: str, runs: int, out: list[dict[str, Any]]
     for processes in (1, 2) if layout == "1 host" else (2, 1):
         out.append({"config": f"plain NumPy, {processes} process{'es' if processes > 1 else ''}",
                     "layout": layout, "compute_s": raw_numpy(processes, 2)})
+
+
+@contextlib.contextmanager
+def _removed(folder: str) -> Iterator[None]:
+    """Delete a block's folder (specs, reports, logs) once its cluster is down; a failed block's stays to read."""
+    yield
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def timed(budget: Budget, what: str, block: Callable[[], None]) -> None:

@@ -106,7 +106,8 @@ def describe(r: dict[str, Any]) -> str:
     when = f"hung: still running {r['limit_s']:g} s after the link went down (killed)" if r["hung"] else \
         f"exited {r['exit_code']} {r['seconds_to_exit']:.1f} s after the link went down"
     seen = ", ".join(f"{name.split('/', 2)[-1]} at +{s:g} s" for name, s in
-                     sorted(r["scheduler_removed_workers_after_s"].items(), key=lambda kv: kv[1])) or "none"
+                     sorted(r["scheduler_removed_workers_after_s"].items(), key=lambda kv: kv[1])) or \
+        "none (not before the cluster was stopped)"
     return (f"lost link: {when}{' (with a traceback)' if r['traceback'] else ''}; last line: {r['last_line']!r}; "
             f"the scheduler removed host B's workers: {seen}; goal: a one-line error within {r['goal_s']:g} s: "
             f"{'met' if r['within_goal'] else 'missed'}")
