@@ -22,7 +22,7 @@ link differs.
 * a lost link: :mod:`lost_link` (goal: a one-line error within 10 s).
 
 Every configuration runs in blocks: start its scheduler and workers, one
-untimed warm-up, timed runs, stop everything; blocks alternate the layouts
+untimed warm-up, 3 timed runs (1 with ``--quick``), stop everything; blocks alternate the layouts
 (1 host, 2 hosts, then 2, 1) so drift and load fall on both; medians. Each
 run also records the CPU seconds of all its processes (client, scheduler,
 workers) and how many cores *other* processes used meanwhile (the machine
@@ -222,7 +222,7 @@ def timed(budget: Budget, what: str, block: Callable[[], None]) -> None:
 def measure(hosts: Hosts, args: argparse.Namespace, data: dict[str, Any], budget: Budget,
             save: Callable[[], None]) -> None:
     """Rounds of blocks, the layouts' order alternating; the lost link after the first round."""
-    per_block = 1 if args.quick else 2
+    per_block = 1 if args.quick else 3
     for i in range(args.rounds):
         order = ["1 host", "2 hosts"] if i % 2 == 0 else ["2 hosts", "1 host"]
         for layout in order:
