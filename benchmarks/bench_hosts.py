@@ -21,9 +21,12 @@ link differs.
   recorded (first op start → last op end). Goal: 1 device ÷ 2 hosts ≥ 1.7.
 * a lost link: :mod:`lost_link` (goal: a one-line error within 10 s).
 
-Every configuration runs in blocks: start its scheduler and workers, one
-untimed warm-up, 3 timed runs (1 with ``--quick``), stop everything; blocks alternate the layouts
-(1 host, 2 hosts, then 2, 1) so drift and load fall on both; medians. Each
+The lost link comes first. Then every configuration runs in blocks: start
+its scheduler and workers, one untimed warm-up, 3 timed runs (1 with
+``--quick``), stop everything; polyfit's blocks alternate the layouts (1 host,
+2 hosts, then 2, 1) so drift and load fall on both, the towers' runs
+alternate 1 device and 2 devices inside each block; medians. A second round
+runs only as far as ``--budget`` allows. Each
 run also records the CPU seconds of all its processes (client, scheduler,
 workers) and how many cores *other* processes used meanwhile (the machine
 has 2, shared with other sessions), as run_all.py does per benchmark.
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import resource
@@ -221,32 +225,31 @@ def timed(budget: Budget, what: str, block: Callable[[], None]) -> None:
 
 def measure(hosts: Hosts, args: argparse.Namespace, data: dict[str, Any], budget: Budget,
             save: Callable[[], None]) -> None:
-    """Rounds of blocks, the layouts' order alternating; the lost link after the first round."""
+    """The lost link first (cheap when it works, and a figure of its own), then rounds of blocks.
+
+    polyfit's layouts alternate their order round by round. The towers run
+    2 hosts first in every round: their headline, 2 hosts vs 1 device, is
+    measured inside each block (the runs alternate), and a round cut by the
+    budget should lose the 1-host block, not that one.
+    """
+    if args.lost_link:
+        data["lost_link"] = lose_link_mid_run(hosts, limit=max(15.0, min(60.0, budget.left() - 60.0)))
+        print(f"B7 {describe(data['lost_link'])}", flush=True)
+        save()
     per_block = 1 if args.quick else 3
     for i in range(args.rounds):
         order = ["1 host", "2 hosts"] if i % 2 == 0 else ["2 hosts", "1 host"]
-        for layout in order:
-            if i and not budget.allows(f"polyfit {layout}", 30.0):
-                print(f"B7: polyfit round {i + 1} ({layout}) skipped: out of budget", flush=True)
+        blocks = [("polyfit", layout) for layout in order] + [("towers", "2 hosts"), ("towers", "1 host")]
+        for kind, layout in blocks:
+            if i and not budget.allows(f"{kind} {layout}", 30.0):
+                print(f"B7: {kind} round {i + 1} ({layout}) skipped: out of budget", flush=True)
                 continue
-            timed(budget, f"polyfit {layout}", lambda: polyfit_block(hosts, layout, args.steps, per_block,
-                                                                     data["polyfit_runs"], budget))
-            save()
-        for layout in reversed(order):
-            if i and not budget.allows(f"towers {layout}", 30.0):
-                print(f"B7: towers round {i + 1} ({layout}) skipped: out of budget", flush=True)
-                continue
-            timed(budget, f"towers {layout}", lambda: towers_block(hosts, layout, per_block, data["towers_runs"],
-                                                                   budget))
+            block = functools.partial(polyfit_block, hosts, layout, args.steps, per_block, data["polyfit_runs"],
+                                      budget) if kind == "polyfit" else \
+                functools.partial(towers_block, hosts, layout, per_block, data["towers_runs"], budget)
+            timed(budget, f"{kind} {layout}", block)
             save()
         data["rounds_done"] = i + 1
-        if i == 0 and args.lost_link:
-            if budget.left() < 120:
-                data["lost_link"] = {"skipped": "out of the time budget"}
-                continue
-            data["lost_link"] = lose_link_mid_run(hosts)
-            print(f"B7 {describe(data['lost_link'])}", flush=True)
-            save()
 
 
 # --------------------------------------------------------------------------- figures
