@@ -12,7 +12,10 @@ start, imports, cluster start, the loop, shut-down):
 
 * ``orchestrate``: ``orchestrate run examples/polyfit.yaml --set steps=N --report R --output-dir D`` (the console
   script; extra arguments with ``--orchestrate-args``). Loop = the report's ``phases_seconds["compute"]``;
-  final w parsed from the ``train.w =`` lines it prints.
+  final w parsed from the ``train.w =`` lines it prints. Its whole process is also quoted apart: start-up = the
+  report's ``startup_seconds`` (the embedded cluster started and its workers ready), shut-down = from the
+  report file's modification time to the process's output closed (client and cluster closed, the process and
+  its fork server gone), and the rest (Python, imports, planning, outputs).
 * ``dask-futures``: ``LocalCluster`` of 4 single-thread worker processes (the spec's ps CPU, worker CPU,
   GPU:0, GPU:1; the "GPUs" are CPU processes), ``client.submit(..., workers=[address])`` per task: per step
   2 tower tasks on the GPU workers and one mean+Adam task on the ps worker, futures chained, nothing
@@ -315,11 +318,15 @@ def run_orchestrate(steps: int, extra: list[str], timeout: float | None) -> dict
         cmd = [*orchestrate_command(), "run", EXAMPLE, *step_settings(steps), "--report", report_path,
                "--output-dir", workdir, *extra]
         whole, done = run_process(cmd, timeout, ROOT)
+        ended = time.time()  # its output closed: the process and everything it started are gone
         if done.returncode != 0:
             raise RuntimeError(f"{shlex.join(cmd)} exited {done.returncode}\n{done.stdout[-2000:]}\n"
                                f"{done.stderr[-4000:]}")
         with open(report_path) as handle:
             report = json.load(handle)
+        # The report is written once the loop's outputs are: what follows is shut-down (the client and the
+        # cluster closed, the process gone), timed from the file's modification time on the same clock.
+        shutdown = max(0.0, ended - os.stat(report_path).st_mtime)
         phases = report.get("phases_seconds") or {}
         loss = None
         loss_csv = os.path.join(workdir, "results", "polyfit_loss.csv")
@@ -327,7 +334,8 @@ def run_orchestrate(steps: int, extra: list[str], timeout: float | None) -> dict
             values = np.loadtxt(loss_csv, ndmin=1)
             loss = float(values.reshape(-1)[-1]) if values.size else None
         return {"whole_s": whole, "loop_s": phases.get("compute"), "phases_s": phases, "w": parse_w(done.stdout),
-                "loss": loss, "report_elapsed_s": report.get("elapsed_seconds"), "command": shlex.join(cmd)}
+                "loss": loss, "report_elapsed_s": report.get("elapsed_seconds"), "command": shlex.join(cmd),
+                "startup_s": report.get("startup_seconds"), "shutdown_s": shutdown}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -372,6 +380,10 @@ def summarize(runs: dict[str, list[dict[str, Any]]], skipped: dict[str, str], me
             "w": last.get("w"), "loss": last.get("loss"), "converged": all(r["converged"] for r in results),
             **{k: v for k, v in last.items() if k not in ("loop_s", "whole_s", "w", "loss", "converged")},
         }
+        for kind in ("startup", "shutdown"):  # orchestrate's: its cluster's start-up, and all that follows the run
+            figures = [r[f"{kind}_s"] for r in results if r.get(f"{kind}_s") is not None]
+            if figures:
+                sides[side].update({f"{kind}_s": median(figures), f"{kind}_runs": figures})
     for side, why in skipped.items():
         sides[side] = {"name": NAMES[side], "skipped": why}
     ratios: dict[str, Any] = {}
@@ -392,6 +404,14 @@ def summarize(runs: dict[str, list[dict[str, Any]]], skipped: dict[str, str], me
     return {**meta, "sides": sides, "ratios": ratios}
 
 
+def startup_shutdown(r: dict[str, Any]) -> str:
+    """orchestrate's whole process, apart: start-up, the loop, shut-down, and the rest (Python, imports, planning)."""
+    whole, loop, up, down = r.get("whole_s"), r.get("loop_s"), r.get("startup_s"), r.get("shutdown_s")
+    rest = whole - loop - up - down if None not in (whole, loop, up, down) else None  # type: ignore[operator]
+    return (f"start-up {fmt(up)} s (cluster and workers ready), shut-down {fmt(down)} s (report written to process "
+            f"gone), the rest {fmt(rest)} s (Python, imports, planning, outputs)")
+
+
 def fmt(value: float | None, spec: str = "{:.2f}") -> str:
     return "—" if value is None else spec.format(value)
 
@@ -408,6 +428,8 @@ def print_summary(data: dict[str, Any]) -> None:
         w = "[" + ", ".join(f"{x:.4f}" for x in s["w"]) + "]" if s.get("w") else "—"
         print(f"  {NAMES[side]:<28} loop {fmt(s['loop_s']):>7} s  whole process {fmt(s['whole_s']):>7} s  "
               f"w = {w} {'(within 0.05 of [5, 0, 3])' if s['converged'] else '(NOT within 0.05 of [5, 0, 3])'}")
+        if s.get("startup_s") is not None:
+            print(f"  {'':<28} {startup_shutdown(s)}")
     if data["steps"] < 2000:
         print(f"  ({data['steps']} steps are too few to reach [5, 0, 3]: the example runs 2000)")
     for r in data["ratios"].values():
@@ -517,6 +539,8 @@ def measure(sides: list[str], steps: int, rounds: int, extra: list[str], runs: d
             print(f"B6 round {i + 1} {NAMES[side]:<28} loop {fmt(r.get('loop_s')):>7} s  whole process "
                   f"{r['whole_s']:7.2f} s  w = {w}{'' if r['converged'] else ' (not within 0.05 of [5, 0, 3])'}",
                   flush=True)
+            if r.get("startup_s") is not None:
+                print(f"B6 round {i + 1} {'':<28} {startup_shutdown(r)}", flush=True)
             save()  # after every run: a run stopped by its budget keeps what it measured
         meta["rounds_done"] = i + 1
         round_estimate = time.perf_counter() - round_started

@@ -57,7 +57,8 @@ def probe() -> dict[str, Any]:
     with open("/proc/self/status") as f:
         blocked = int(next(line for line in f if line.startswith("SigBlk:")).split()[1], 16)
     return {"parent": parent, "pid": os.getpid(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "omp": os.environ.get("OMP_NUM_THREADS"), "blas": blas_threads(), "sigint_blocked": bool(blocked & 2)}
+            "omp": os.environ.get("OMP_NUM_THREADS"), "blas": blas_threads(), "sigint_blocked": bool(blocked & 2),
+            "safe_path": os.environ.get("PYTHONSAFEPATH")}
 
 
 def by_name(client: Any) -> dict[str, dict[str, Any]]:
@@ -70,6 +71,7 @@ def check(seen: dict[str, dict[str, Any]]) -> None:
     for name, worker in seen.items():
         assert "multiprocessing.forkserver" in worker["parent"], f"{name} was not forked from the server"
         assert worker["sigint_blocked"], f"{name} would die of a Ctrl-C to the process group"
+        assert worker["safe_path"] == os.environ.get("PYTHONSAFEPATH", ""), "the server's safe path leaked"
     assert seen["device:CPU:0"]["omp"] == "2" and seen["device:GPU:0"]["omp"] == "1"
     assert (seen["device:GPU:0"]["cuda"], seen["device:GPU:1"]["cuda"], seen["device:CPU:0"]["cuda"]) == ("0,1", "1,0", "")
     if seen["device:CPU:0"]["blas"] is None:
@@ -119,8 +121,14 @@ def test_a_worker_its_nanny_restarts_is_forked_again_with_the_same_environment(t
         cluster.close()
 
 
-def test_run_leaves_nothing_holding_its_output(tmp_path: Path) -> None:
-    """The fork server holds the output too: it ends with the run, so a pipe reading the run ends with it."""
+def test_run_leaves_nothing_holding_its_output_and_its_workers_import_nothing_from_its_directory(
+        tmp_path: Path) -> None:
+    """The fork server holds the output too: it ends with the run, so a pipe reading the run ends with it.
+    It runs ``python -c``, which would put the working directory first on its path: a ``msgpack`` there
+    (imported by distributed) must not be what the workers run."""
+    (tmp_path / "msgpack").mkdir()
+    (tmp_path / "msgpack" / "__init__.py").write_text(
+        f"open({str(tmp_path / 'shadowed')!r}, 'w').close()\nraise ImportError('not the real msgpack')\n")
     process = subprocess.Popen([str(Path(sys.executable).parent / "orchestrate"), "run",
                                 str(ROOT / "examples" / "quickstart.yaml"), "--output-dir", str(tmp_path), "--no-progress"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
@@ -129,6 +137,7 @@ def test_run_leaves_nothing_holding_its_output(tmp_path: Path) -> None:
     assert process.returncode == 0, err
     assert "placement summary:" in out  # flushed before the process left
     assert err == ""
+    assert not (tmp_path / "shadowed").exists(), "the fork server imported a module from the working directory"
     deadline = time.monotonic() + 5
     while _in_group(process.pid) and time.monotonic() < deadline:
         time.sleep(0.1)

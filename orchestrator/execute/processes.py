@@ -62,11 +62,18 @@ METHOD = "forkserver"
 PRELOAD: tuple[str, ...] = ("distributed", "distributed.protocol.numpy", "orchestrator.execute.plugin",
                             *sorted({e.path.partition(":")[0] for e in BACKENDS.values() if not e.hardware}),
                             __name__)
+SAFE_PATH = "PYTHONSAFEPATH"  # Python 3.11: no working directory (``-c``) first on sys.path
 # Read from the worker's environment (set by its nanny), most specific first.
 BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 _BLAS_SETTERS = {"openblas": ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
                               "openblas_set_num_threads64_", "openblas_set_num_threads"),
                  "mkl_rt": ("MKL_Set_Num_Threads",)}
+
+
+def worker_env() -> dict[str, str]:
+    """What a forked worker's nanny sets back in its environment: the server's own setting of Python's
+    safe path (see :func:`start_server`) is not for the processes a worker's user code starts."""
+    return {SAFE_PATH: os.environ.get(SAFE_PATH, "")}  # empty: unset, to Python
 
 
 def start_method() -> dict[str, Any]:
@@ -90,7 +97,9 @@ def start_server(env: Mapping[str, str]) -> None:
     from multiprocessing import forkserver
 
     multiprocessing.get_context(METHOD).set_forkserver_preload(list(PRELOAD))
-    with deaf_to_sigint(), _environment(env):
+    # The server runs ``python -c``, which puts the working directory first on sys.path: a module there named
+    # as one the server preloads (a yaml.py, a numpy checkout) would be what every worker runs. Not for it.
+    with deaf_to_sigint(), _environment({**env, SAFE_PATH: "1"}):
         forkserver.ensure_running()
     if "distributed" in sys.modules:  # else this is called again once it is, before a nanny starts a worker
         import distributed.utils
