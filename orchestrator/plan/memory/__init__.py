@@ -1,0 +1,173 @@
+"""Static memory plan: the peak of live bytes on every device, against its limit.
+
+Policy. The plan counts what the runtime holds, as it holds it: each rule
+below is the runtime's (the module that says more is named), and where what
+is held depends on something only the run decides, the plan counts the most
+it can be, and says so here.
+
+Ops run one at a time in the order of the tasks that run them: the plan's
+device partitions (``plan.partitions``, decided by ``orchestrator.plan.partition``;
+a loop's state and exports, which the driver places, alone) one after
+another, each op inside in turn — the schedule the runner's default
+granularity follows — or, for ``granularity="op"``, the plan's topological
+order (:mod:`.timeline`). A loop is one step of that schedule; what it holds
+for many steps at once is counted over its step (:mod:`.loops`).
+
+* Outside loops (:mod:`.outer`): a value a task uses only inside itself is
+  dropped after its last reader there. A value other tasks read is Dask's:
+  its device, and every device that fetched it for a task, holds it until
+  the last task reading it anywhere has ended, and through the device's next
+  task if that one was ready meanwhile (the release is a message from the
+  scheduler; the plan cannot know how soon it comes, and counts one task).
+  Outputs, a sink's value at ``--granularity op``, a value a later stage or a
+  loop reads, and a loop's final states and metric series live to the end
+  (the driver keeps their futures), and so do the copies other devices
+  fetched (Dask's active memory manager may drop them sooner: unknowable).
+* A ``call`` op on a GPU holds a copy of its inputs while it runs (the
+  simulated backend copies; CuPy does not, and which backend runs is decided
+  at run time): its step counts the larger of the copies and its outputs.
+* Loops (:mod:`.loops`), per ``plan.loop_mode``: values moved in before the
+  first step are kept to the end; in ``gang`` windows each device's task
+  holds, within a step, a value until its last reader, a value sent until
+  its next wait (and once more for the step after: a send through Dask's
+  comms is written when the event loop gets to it), a value received until
+  the step ends, and across steps each state twice (this window's and the
+  last one's) and the window's metric values; with a task per partition or
+  op per step, Dask may run a step's tasks in any order, so every value a
+  task returns counts once per step of two windows and one more (an upper
+  bound: what Dask runs first is not the plan's to know); a ``nested`` loop
+  counts its own values for two steps.
+
+The peak of a device is the largest sum of live bytes at a step that runs on
+it; the op running then is "the op at the peak" (the first such op on a
+tie). Limits: a GPU's enforced cap (``gpu_memory``: ``limit``, else
+``fraction`` x ``total`` shared by its virtual GPUs), a CPU's
+``memory_limit``. A device over its limit is an error naming the op whose
+allocation first takes it over (its outputs, or a value arriving for it),
+and listing the largest values live at the peak. Ops of unknown size (a
+``call`` without ``output``, a ``load`` without ``shape``) count as zero, so
+such a device's peak is a lower bound: a warning where the user declared
+the limit, a note otherwise.
+
+Ops left on ``GPU:*`` (Dask picks the GPU at run time) are counted together,
+as if on one GPU, against the smallest limit among the GPUs they may use: an
+upper bound of what those ops hold on any one GPU. A CPU with several threads
+may run several tasks at once; the plan follows one order (host memory is
+Dask's, and no run measures it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import chain
+from typing import Mapping, Sequence
+
+from ...errors import Diagnostic, format_bytes
+from ..records import DeviceMemory, Plan
+from ...spec.records import Cluster
+from .loops import in_loops
+from .outer import outside_loops, transfers, transients
+from .timeline import Held, schedule, scopes, timeline
+
+__all__ = ["plan_memory", "schedule"]
+
+
+def plan_memory(plan: Plan, granularity: str = "partition") -> Plan:
+    """Return ``plan`` with per-device memory figures and diagnostics for devices over their limit."""
+    line = timeline(plan, granularity)
+    scope = scopes(plan)
+    unknown: dict[str, list[str]] = {device: [] for device in line.device_of.values()}
+    held: dict[str, list[Held]] = {}
+    for device, what in chain(outside_loops(plan, granularity, line, scope, unknown),
+                              in_loops(plan, granularity, line, scope, unknown), transients(plan, line)):
+        held.setdefault(device, []).append(what)
+    bytes_in, bytes_out = transfers(plan, line)
+    ops_on: dict[str, list[str]] = {}
+    for name in line.order:
+        ops_on.setdefault(line.device_of[name], []).append(name)
+    memories = []
+    diagnostics = list(plan.diagnostics)
+    for device, names in ops_on.items():
+        limit = _limit(plan, device)
+        peak, peak_op, over_op, largest = _peak(held.get(device, []), names, line.step_of, limit)
+        vague = tuple(sorted(unknown[device], key=line.step_of.__getitem__))
+        memory = DeviceMemory(device, tuple(names), peak, peak_op, limit, vague, bytes_in.get(device, 0),
+                              bytes_out.get(device, 0), over_op, largest)
+        memories.append(memory)
+        diagnostics.extend(_judge(plan, memory))
+    memories.sort(key=lambda m: _device_order(plan.spec.cluster, m.device))
+    return replace(plan, memory=tuple(memories), diagnostics=tuple(diagnostics))
+
+
+def _peak(held: Sequence[Held], names: Sequence[str], step_of: Mapping[str, int],
+          limit: int | None) -> tuple[int, str | None, str | None, tuple[tuple[str, int], ...]]:
+    """(peak, the op running at it, the op whose step first goes over ``limit``, the largest values at the peak)."""
+    delta: dict[int, int] = {}
+    for h in held:
+        delta[h.start] = delta.get(h.start, 0) + h.size
+        delta[h.stop + 1] = delta.get(h.stop + 1, 0) - h.size
+    running = {step_of[n]: n for n in names}
+    live, peak, peak_op, peak_step, over_op = 0, 0, None, -1, None
+    for step in sorted(set(delta) | set(running)):
+        live += delta.get(step, 0)
+        if step not in running:
+            continue
+        if peak_op is None or live > peak:  # ties: the first op to reach it
+            peak, peak_op, peak_step = live, running[step], step
+        if over_op is None and limit is not None and live > limit:
+            over_op = running[step]
+    at_peak = sorted(((h.what, h.size) for h in held if h.start <= peak_step <= h.stop and h.size),
+                     key=lambda item: (-item[1], item[0]))
+    return peak, peak_op, over_op, tuple(at_peak[:3])
+
+
+def _limit(plan: Plan, device: str) -> int | None:
+    cluster = plan.spec.cluster
+    known = cluster.device(device)
+    if known is not None:
+        return known.memory_limit
+    pattern = next(p.device for p in plan.placements if p.device_name == device)
+    limits = [d.memory_limit for d in cluster.matching(pattern) if d.memory_limit is not None]
+    return min(limits) if limits else None
+
+
+def _judge(plan: Plan, memory: DeviceMemory) -> list[Diagnostic]:
+    if memory.limit is None or memory.peak_op is None and not memory.unknown:
+        return []
+    doc = plan.spec.document
+    if memory.peak > memory.limit:
+        culprit = memory.over_op or memory.peak_op
+        assert culprit is not None
+        op = plan.spec.op(culprit)
+        bound = "at least " if memory.unknown else ""
+        largest = ", ".join(f"{what} {format_bytes(size)}" for what, size in memory.largest)
+        return [doc.diagnostic(
+            "memory", op.path,
+            f"op '{op.name}' takes {memory.device} over its limit of {format_bytes(memory.limit)}: "
+            f"{bound}{format_bytes(memory.peak)} at the peak ({largest})",
+            "raise the device's gpu_memory or memory_limit, split the work across devices, "
+            "or place large ops elsewhere")]
+    if memory.unknown and _declared(plan, memory.device):
+        op = plan.spec.op(memory.unknown[0])
+        return [doc.diagnostic(
+            "memory-unknown", op.path,
+            f"{len(memory.unknown)} op(s) of unknown size on {memory.device} (first: '{op.name}'); "
+            f"peak is at least {format_bytes(memory.peak)} of a {format_bytes(memory.limit)} limit",
+            "declare sizes so the planner can check the limit: output: {shape, dtype} on call ops, shape: on load ops",
+            severity="warning")]
+    return []
+
+
+def _declared(plan: Plan, device: str) -> bool:
+    """Did the user set this device's limit? For ``GPU:*``, any GPU it may run on."""
+    cluster = plan.spec.cluster
+    known = cluster.device(device)
+    if known is not None:
+        return known.limit_declared
+    pattern = next(p.device for p in plan.placements if p.device_name == device)
+    return any(d.limit_declared for d in cluster.matching(pattern))
+
+
+def _device_order(cluster: Cluster, device: str) -> tuple[int, str]:
+    names = [d.name for d in cluster.devices]
+    return (names.index(device), device) if device in names else (len(names), device)

@@ -1,0 +1,153 @@
+"""What a run holds of the values made outside loops: Dask's rules, and the staged run's.
+
+A value a task uses only inside itself is dropped after its last reader
+there (a partition frees it). A value other tasks read is a Dask key: its
+device holds it, and so does every device that fetched it for a task, until
+the last task reading it anywhere has ended (Dask forgets a key at once, not
+replica by replica). Devices run side by side, so a device holds it through
+each of its tasks that does not wait for all those readers, and through a
+task it had ready when its own last reader ended (the release is a message
+from the scheduler): :meth:`~.timeline.Timeline.released`. Values a
+partition returns together (a tuple) live as long as the longest-lived of
+them. Held to the end of the run: the spec's outputs, a sink's value at
+``--granularity op`` (the runner waits for its future) and, in a run with
+loops, a value read by a later stage or a loop (the driver keeps its future
+until the run ends); so are a loop's final states and metric series.
+
+Every op of kind ``call`` on a GPU copies its inputs onto the device while
+it runs (the simulated backend copies; CuPy's ``asarray`` of a device array
+does not, but which backend runs is known only at run time): its step holds
+the larger of those copies and its outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from ..records import Plan
+from .timeline import Held, Key, Placed, Scopes, Timeline, key_of, label, size_of
+
+
+def outside_loops(plan: Plan, granularity: str, line: Timeline, scope: Scopes,
+                  unknown: dict[str, list[str]]) -> Iterator[Placed]:
+    """What every device holds of the values made outside loops, and of the loops' exports."""
+    spec = plan.spec
+    readers = _readers(plan, line, scope)
+    kept = {key_of(o.ref) for o in spec.outputs}
+    consumed = {ref.op for op in spec.ops for ref in op.inputs} | {a for op in spec.ops for a in op.after} | \
+        {o.ref.op for o in spec.outputs}
+    stops: dict[Key, int] = {}
+    held: set[Key] = set()  # values whose future the client keeps to the end: no device lets them go
+    for name in line.order:
+        if scope.in_loop(name) or name in scope.placeholders:
+            continue  # made by a loop's step, or a loop's state: the loop's to count
+        op = spec.op(name)
+        for i in range(op.outputs):
+            key = (name, i)
+            if size_of(spec, key) is None:
+                unknown[line.device_of[name]].append(name)
+                continue
+            stops[key] = _stop(line, key, readers.get(key, ()), scope)
+            if key in kept or name in scope.exports or (granularity == "op" and name not in consumed) or \
+                    stops[key] == line.end:
+                stops[key] = line.end
+                held.add(key)
+    _together(line, stops)
+    for key, stop in stops.items():
+        yield line.device_of[key[0]], Held(line.step_of[key[0]], stop, size_of(spec, key) or 0, label(spec, key))
+        yield from _arrivals(plan, line, key, readers.get(key, ()), scope, key in held)
+
+
+def _readers(plan: Plan, line: Timeline, scope: Scopes) -> dict[Key, list[str]]:
+    """Per value, the ops reading it (a loop's state placeholder reads its initial value)."""
+    readers: dict[Key, list[str]] = {}
+    for name in line.order:
+        for ref in plan.spec.op(name).inputs:
+            readers.setdefault(key_of(ref), []).append(name)
+    return readers
+
+
+def _outside(line: Timeline, readers: list[str] | tuple[str, ...], home: int) -> set[int]:
+    """The tasks reading a value from another task."""
+    return {line.unit_of[r] for r in readers if line.unit_of[r] != home}
+
+
+def _stop(line: Timeline, key: Key, readers: list[str] | tuple[str, ...], scope: Scopes) -> int:
+    """The last position the value's own device holds it (outputs and exports aside)."""
+    name = key[0]
+    here = line.step_of[name]
+    home = line.unit_of[name]
+    stop = max([here] + [line.step_of[r] for r in readers if line.unit_of[r] == home])
+    for r in readers:
+        if scope.in_loop(r) or r in scope.placeholders or scope.stage.get(r) != scope.stage.get(name):
+            return line.end  # read by a loop, or a later stage: the driver keeps its future to the end
+    outside = _outside(line, readers, home)
+    return max(stop, line.released(line.device_of[name], here, outside)) if outside else stop
+
+
+def _together(line: Timeline, stops: dict[Key, int]) -> None:
+    """Values a task returns together (it returns a tuple) live as long as the longest-lived of them."""
+    returned: dict[int, list[Key]] = {}
+    for key, stop in stops.items():
+        if stop > line.last[line.unit_of[key[0]]]:
+            returned.setdefault(line.unit_of[key[0]], []).append(key)
+    for keys in returned.values():
+        longest = max(stops[k] for k in keys)
+        for k in keys:
+            stops[k] = longest
+
+
+def _arrivals(plan: Plan, line: Timeline, key: Key, readers: list[str] | tuple[str, ...],
+              scope: Scopes, held: bool) -> Iterator[Placed]:
+    """On each other device a task reads it, the value is there from that task's start until Dask forgets it.
+
+    A key the client keeps is never forgotten: its copies stay too (unless Dask's active memory manager
+    drops extra copies, every few seconds: not something a plan can know).
+    """
+    source = line.device_of[key[0]]
+    outside = [r for r in readers if not scope.in_loop(r) and r not in scope.placeholders
+               and line.device_of[r] != source]
+    if not outside:
+        return
+    tasks = _outside(line, readers, line.unit_of[key[0]])
+    size = size_of(plan.spec, key) or 0
+    starts: dict[str, int] = {}
+    for r in outside:
+        device = line.device_of[r]
+        starts[device] = min(starts.get(device, line.end), line.first[line.unit_of[r]])
+    for device, start in starts.items():
+        stop = line.end if held else line.released(device, start, tasks)
+        yield device, Held(start, stop, size, label(plan.spec, key) + " (arrived)")
+
+
+def transients(plan: Plan, line: Timeline) -> Iterator[Placed]:
+    """A ``call`` op on a GPU holds a copy of its inputs while it runs: what that adds to its outputs."""
+    spec = plan.spec
+    for name in line.order:
+        op = spec.op(name)
+        if op.kind != "call" or plan.placement(name).device.device_type != "GPU":
+            continue
+        copies = sum(spec.value(ref).nbytes or 0 for ref in op.inputs)
+        made = sum(size_of(spec, (name, i)) or 0 for i in range(op.outputs))
+        if copies > made:
+            step = line.step_of[name]
+            yield line.device_of[name], Held(step, step, copies - made, f"{name}'s inputs, copied")
+
+
+def transfers(plan: Plan, line: Timeline) -> tuple[Mapping[str, int], Mapping[str, int]]:
+    """Bytes into and out of each device: every value once per other device reading it."""
+    spec = plan.spec
+    moved: set[tuple[Key, str]] = set()
+    into: dict[str, int] = {}
+    out: dict[str, int] = {}
+    for name in line.order:
+        for ref in spec.op(name).inputs:
+            key, target = key_of(ref), line.device_of[name]
+            source = line.device_of[ref.op]
+            size = spec.value(ref).nbytes
+            if source == target or (key, target) in moved or size is None:
+                continue
+            moved.add((key, target))
+            into[target] = into.get(target, 0) + size
+            out[source] = out.get(source, 0) + size
+    return into, out
