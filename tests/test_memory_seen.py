@@ -1,0 +1,122 @@
+"""Planned ≥ seen: every example and every spec the benchmarks run, on an embedded cluster with simulated
+GPUs, device by device (issue 19, item 5).
+
+The run report carries, per device, the plan's peak (``planned_peak_bytes``) and the peak the simulated
+GPU's allocator saw (``peak_bytes_seen``; a host CPU's memory is Dask's and not measured). A plan under
+what a device held would let a run the planner passed go out of memory. The report's figure is the plan
+at the default granularity, so a run at ``--granularity op`` is held to the plan at that granularity
+(``plan_memory(plan, "op")``). Loops run in every mode the plan can choose: gang windows (polyfit, the
+loop benchmarks), a task per partition per step (polyfit with retries), per op, and nested.
+
+Benchmark specs are read from the benchmarks' own files (their constants, not by importing them: they
+set up logging and paths for a benchmark run), at small sizes: the planner's rules do not depend on them.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from test_loops import NESTED
+
+from orchestrator import run_file
+from orchestrator.api import plan_file
+from orchestrator.plan.memory import plan_memory
+
+pytestmark = pytest.mark.cluster
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+BENCHMARKS = ROOT / "benchmarks"
+SHORT = {"steps": "12", "window": "5"}  # loops: a few windows of a few steps (polyfit: 2000 steps of 100)
+
+
+def _constant(module: str, name: str) -> str:
+    """A string constant of a benchmark's module, read from its source."""
+    tree = ast.parse((BENCHMARKS / f"{module}.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            value = ast.literal_eval(node.value)
+            assert isinstance(value, str)
+            return value
+    raise AssertionError(f"benchmarks/{module}.py has no {name}")
+
+
+def _chains() -> str:
+    """B1 and B2's chains of tiny ops (``specgen.chain_spec``), 40 ops with a replicate construct."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from specgen import chain_spec
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return chain_spec(40, chains=4, replicate_every=2)
+
+
+Make = Callable[[], str]
+BENCHMARK_SPECS: dict[str, Make] = {
+    **{f"B3-{name.lower()}": (lambda name=name: _constant("bench_transfers", name))
+       for name in ("FANOUT", "REPLICATE", "HOPS", "PS", "LOOP")},
+    "B4-towers": lambda: _constant("bench_scaling", "SPEC").format(
+        label="2dev-2towers", gpus=2, devices="/gpu:0, /gpu:1", n=64, rows=96),
+    "B5-startup": lambda: _constant("bench_startup", "SPEC").format(gpus=2),
+    "B7-towers": lambda: _constant("bench_hosts", "TOWERS").format(label="2tasks", second=1, n=64, rows=48),
+    "L-loop": lambda: _constant("bench_loop_memory", "SPEC").format(steps=250),
+    "B1-chains": _chains,
+}
+LOOP_MODES: dict[str, Make] = {
+    "polyfit-retries": lambda: (EXAMPLES / "polyfit.yaml").read_text(encoding="utf-8").replace(
+        "\nplacement:", "\nrun: {retries: 1}      # a task per partition per step\n\nplacement:", 1),
+    "nested": lambda: textwrap.dedent(NESTED),
+}
+
+
+def _cases() -> list[Any]:
+    cases = []
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        for granularity in ("partition", "op"):
+            cases.append(pytest.param(path.name, granularity, id=f"{path.stem}-{granularity}"))
+    for name in BENCHMARK_SPECS:
+        # B3 measures both granularities; the loops run in another mode at each
+        both = name.startswith("B3") or name.startswith("L")
+        for granularity in ("partition", "op") if both else ("partition",):
+            cases.append(pytest.param(name, granularity, id=f"{name}-{granularity}"))
+    for name in LOOP_MODES:
+        cases.append(pytest.param(name, "partition", id=f"{name}-partition"))
+    cases.append(pytest.param("nested", "op", id="nested-op"))
+    return cases
+
+
+def _spec(name: str, tmp_path: Path) -> Path:
+    if (EXAMPLES / name).is_file():
+        return EXAMPLES / name  # run where it is: its data and user functions beside it
+    if name.startswith("polyfit"):
+        shutil.copy(EXAMPLES / "polyfit_fns.py", tmp_path)  # its user functions, found beside the spec
+    path = tmp_path / f"{name}.yaml"
+    path.write_text({**BENCHMARK_SPECS, **LOOP_MODES}[name](), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("name, granularity", _cases())
+def test_the_plan_is_at_least_what_each_device_held(name: str, granularity: str, tmp_path: Path) -> None:
+    path = _spec(name, tmp_path)
+    declared = {p.name for p in plan_file(path).spec.params}
+    params = {k: v for k, v in SHORT.items() if k in declared} or None
+    plan = plan_file(path, params=params)
+    report_path = tmp_path / "run.json"
+    run_file(path, echo=lambda _: None, params=params, granularity=granularity, output_dir=str(tmp_path / "out"),
+             report_path=str(report_path))
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    planned = {m.device: m.peak for m in plan_memory(plan, granularity).memory}
+    seen = {d["device"]: d["peak_bytes_seen"] for d in report["devices"]}
+    if granularity == "partition":  # the report's own figure is the plan's
+        assert {d["device"]: d["planned_peak_bytes"] for d in report["devices"]} == planned
+    over = {device: (planned[device], held) for device, held in seen.items()
+            if held is not None and held > planned[device]}
+    assert over == {}, f"devices that held more than planned (planned, seen): {over}"
+    measured = [device for device, held in seen.items() if held is not None]
+    assert measured or all("GPU" not in device for device in planned)  # a GPU's peak is always measured
