@@ -270,7 +270,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 def summarize(data: dict[str, Any]) -> dict[str, Any]:
     keys = ("loop_s", "whole_s", "cpu_s", "other_cores")
-    poly = {layout: medians([r for r in data["polyfit_runs"] if r["layout"] == layout], keys)
+    poly: dict[str, Any] = {layout: medians([r for r in data["polyfit_runs"] if r["layout"] == layout], keys)
             for layout in LAYOUTS["polyfit"]}
     one, two = poly["1 host"], poly["2 hosts"]
     poly.update({"ratio_loop": ratio(two["loop_s"], one["loop_s"]), "ratio_whole": ratio(two["whole_s"], one["whole_s"]),

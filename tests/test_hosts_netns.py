@@ -11,6 +11,7 @@ once) and every process in them are removed after the module.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,7 +71,5 @@ def test_a_lost_link_ends_the_run_in_one_line_within_10_s(hosts: Hosts) -> None:
 
 def test_not_root_is_a_reason_to_skip(monkeypatch: pytest.MonkeyPatch) -> None:
     """What a machine without root says (the benchmark then writes {"skipped": why} and exits 0)."""
-    import netns
-
-    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert unavailable() == "making network namespaces needs root"
