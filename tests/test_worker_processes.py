@@ -153,3 +153,36 @@ def _in_group(pgid: int) -> list[str]:
         except (OSError, ValueError, IndexError):
             continue
     return left
+
+
+FOREIGN = """\
+import multiprocessing, os, sys
+from multiprocessing import forkserver
+from orchestrator.api import plan_file
+from orchestrator.execute.cluster import EmbeddedCluster
+
+def started_by():
+    with open("/proc/self/cmdline", "rb") as own, open(f"/proc/{os.getppid()}/cmdline", "rb") as parent:
+        return ("spawned" if b"spawn_main" in own.read() else "?") + \
+            (" by a fork server" if b"forkserver" in parent.read() else "")
+
+if __name__ == "__main__":
+    multiprocessing.get_context("forkserver")
+    forkserver.ensure_running()  # another part of the program started one: not ours to fork workers from
+    from distributed import Client
+    cluster = EmbeddedCluster(plan_file(sys.argv[1]).spec.cluster, None).start()
+    with Client(cluster, set_as_default=False) as client:
+        print(sorted(set(client.run(started_by).values())))
+    cluster.close()
+"""
+
+
+@pytest.mark.skipif(not processes.available(), reason="no forkserver here")
+def test_a_fork_server_started_elsewhere_in_the_program_is_not_used(tmp_path: Path) -> None:
+    """It may let SIGINT reach what it forks, and preloads what its starter chose: the workers are spawned."""
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    (tmp_path / "foreign.py").write_text(FOREIGN)
+    done = subprocess.run([sys.executable, str(tmp_path / "foreign.py"), str(tmp_path / "spec.yaml")],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['spawned']", done.stdout

@@ -24,7 +24,10 @@ right:
   once, when a process starts) and one BLAS/OpenMP thread; each worker then
   gets its device's variables (``CUDA_VISIBLE_DEVICES``, its thread counts)
   from its nanny before anything of it runs. No CUDA library is preloaded, so
-  ``CUDA_VISIBLE_DEVICES`` is read after it is set.
+  ``CUDA_VISIBLE_DEVICES`` is read after it is set. The server also runs with
+  Python's safe path (``python -c`` puts the working directory first on
+  ``sys.path``, where a ``yaml.py`` would shadow what it preloads), which each
+  worker's nanny sets back to this process's setting (:func:`worker_env`).
 * NumPy's BLAS, loaded by the server with one thread: OpenBLAS and MKL read
   their thread variables only when loaded, so each worker sets the thread
   count of the BLAS it inherited to its device's at start (:func:`dask_setup`,
@@ -36,7 +39,9 @@ close): without tearing an interpreter down either (:func:`_leave_at_once`),
 since whatever waits for the output of ``orchestrate run`` to end (a pipe,
 a benchmark) waits for the server too, which holds it.
 
-Where forkserver is unavailable, the workers are spawned as before.
+Where forkserver is unavailable, or a fork server was started by another
+part of the program (without SIGINT blocked, with its own preloads), the
+workers are spawned as before.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ PRELOAD: tuple[str, ...] = ("distributed", "distributed.protocol.numpy", "orches
 SAFE_PATH = "PYTHONSAFEPATH"  # Python 3.11: no working directory (``-c``) first on sys.path
 # Read from the worker's environment (set by its nanny), most specific first.
 BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
+_STARTED: set[int] = set()  # the process ids of the fork servers start_server started
 _BLAS_SETTERS = {"openblas": ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
                               "openblas_set_num_threads64_", "openblas_set_num_threads"),
                  "mkl_rt": ("MKL_Set_Num_Threads",)}
@@ -77,8 +83,11 @@ def worker_env() -> dict[str, str]:
 
 
 def start_method() -> dict[str, Any]:
-    """The Dask settings that make nannies fork their workers from the server (none where it is unavailable)."""
-    return {"distributed.worker.multiprocessing-method": METHOD} if available() else {}
+    """The Dask settings that make nannies fork their workers from the server, when the server running is one
+    :func:`start_server` started (else, or where there is none, they spawn them)."""
+    running = _running_server()
+    return {"distributed.worker.multiprocessing-method": METHOD} if running is not None and running in _STARTED \
+        else {}
 
 
 def available() -> bool:
@@ -96,11 +105,19 @@ def start_server(env: Mapping[str, str]) -> None:
         return
     from multiprocessing import forkserver
 
+    running = _running_server()
+    if running is not None and running not in _STARTED:
+        # another part of this program started one (Python 3.14's default start method): SIGINT may reach
+        # what it forks, and it preloads what that part chose; the workers are spawned (start_method)
+        return
     multiprocessing.get_context(METHOD).set_forkserver_preload(list(PRELOAD))
     # The server runs ``python -c``, which puts the working directory first on sys.path: a module there named
     # as one the server preloads (a yaml.py, a numpy checkout) would be what every worker runs. Not for it.
     with deaf_to_sigint(), _environment({**env, SAFE_PATH: "1"}):
         forkserver.ensure_running()
+    started = _running_server()
+    if started is not None:
+        _STARTED.add(started)
     if "distributed" in sys.modules:  # else this is called again once it is, before a nanny starts a worker
         import distributed.utils
 
@@ -108,6 +125,14 @@ def start_server(env: Mapping[str, str]) -> None:
         # preload them there; the server is running: what it preloads is settled
         if hasattr(distributed.utils, "_forkserver_preload_set"):
             distributed.utils._forkserver_preload_set = True
+
+
+def _running_server() -> int | None:
+    """The process id of multiprocessing's fork server in this process, if one was started."""
+    from multiprocessing import forkserver
+
+    pid: int | None = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    return pid
 
 
 @contextlib.contextmanager
