@@ -189,3 +189,33 @@ def test_a_value_two_gpus_fetch_stays_on_both_until_both_have_read_it(tmp_path: 
     # GPU:0 at c: a (8000) + b (8, until e has read it) + c (4000); counted per reader, 8008 at b
     assert (memory[GPU0].peak, memory[GPU0].peak_op) == (12008, "c")
     assert (memory[CPU0].peak, memory[CPU0].peak_op) == (16008, "e")  # d arrives, e, b: a was let go
+
+
+def test_on_a_tls_cluster_every_value_sent_in_a_window_is_counted(tmp_path: Path) -> None:
+    """Dask's comms carry a TLS cluster's values: its event loop may write them only when the window ends."""
+    text = GANG.format(run="", window=3).replace(
+        "    cluster:\n", "    cluster:\n      tls: {ca_file: ca.pem, cert: cert.pem, key: key.pem}\n")
+    gpu = _memory(write(tmp_path, text))[GPU0]
+    # as without TLS (344), and the g of one more earlier step of the window: 2 x 80 before this step's
+    assert (gpu.peak, gpu.largest[0]) == (344 + 80, ("train/g (sent, 2 earlier)", 160))
+
+
+def test_a_value_moved_for_several_tasks_of_a_device_may_come_before_they_run(tmp_path: Path) -> None:
+    """b is read by two tasks of GPU:0 (c, and d, which waits for e on the CPU), so a task of its own moves
+    it there as soon as it is made: that may be while a runs, as b waits for nothing of GPU:0."""
+    path = write(tmp_path, """\
+        version: 1
+        cluster:
+          jobs:
+            localhost: {gpus: 2}
+        graph:
+          - {name: a, op: ones, shape: [1000], device: /gpu:0}      # 8000, read by nothing
+          - {name: b, op: ones, shape: [500], device: /gpu:1}       # 4000
+          - {name: c, op: sum, inputs: [b], device: /gpu:0}         # 8, read on the CPU
+          - {name: e, op: add, inputs: [c], scalar: 1.0, device: /cpu:0}
+          - {name: d, op: mul, inputs: [b, e], device: /gpu:0}      # 4000
+        outputs: {d: "-"}
+        """)
+    gpu = _memory(path)[GPU0]
+    # at a: a (8000) + b (4000); counted from c, its first reader, the peak would be 8008 at d (b, d, e)
+    assert (gpu.peak, gpu.peak_op, gpu.largest) == (12000, "a", (("a", 8000), ("b (arrived)", 4000)))

@@ -15,6 +15,7 @@ set up logging and paths for a benchmark run), at small sizes: the planner's rul
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import shutil
 import sys
@@ -51,15 +52,16 @@ def _chains() -> str:
     """B1 and B2's chains of tiny ops (``specgen.chain_spec``), 40 ops with a replicate construct."""
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        from specgen import chain_spec
+        from specgen import chain_spec  # type: ignore[import-not-found]
     finally:
         sys.path.remove(str(BENCHMARKS))
-    return chain_spec(40, chains=4, replicate_every=2)
+    text: str = chain_spec(40, chains=4, replicate_every=2)
+    return text
 
 
 Make = Callable[[], str]
 BENCHMARK_SPECS: dict[str, Make] = {
-    **{f"B3-{name.lower()}": (lambda name=name: _constant("bench_transfers", name))
+    **{f"B3-{name.lower()}": functools.partial(_constant, "bench_transfers", name)
        for name in ("FANOUT", "REPLICATE", "HOPS", "PS", "LOOP")},
     "B4-towers": lambda: _constant("bench_scaling", "SPEC").format(
         label="2dev-2towers", gpus=2, devices="/gpu:0, /gpu:1", n=64, rows=96),

@@ -15,27 +15,32 @@ for many steps at once is counted over its step (:mod:`.loops`).
 
 * Outside loops (:mod:`.outer`): a value a task uses only inside itself is
   dropped after its last reader there. A value other tasks read is Dask's:
-  its device, and every device that fetched it for a task, holds it until
-  the last task reading it anywhere has ended, and through the device's next
-  task if that one was ready meanwhile (the release is a message from the
-  scheduler; the plan cannot know how soon it comes, and counts one task).
-  Outputs, a sink's value at ``--granularity op``, a value a later stage or a
-  loop reads, and a loop's final states and metric series live to the end
-  (the driver keeps their futures), and so do the copies other devices
-  fetched (Dask's active memory manager may drop them sooner: unknowable).
+  its device, and every device that fetched it, holds it until the last
+  task reading it anywhere has ended. Devices run side by side, so the plan
+  counts it through every task of the device that does not wait for all
+  those readers, and through the task after its own last reader there (the
+  release is a message from the scheduler); a value moved to a device read
+  by several tasks there is moved as soon as it exists, during any task of
+  that device it does not wait for. Outputs, a sink's value at
+  ``--granularity op``, a value a later stage or a loop reads, and a loop's
+  final states and metric series live to the end (the driver keeps their
+  futures), with every copy other devices fetched (Dask's active memory
+  manager may drop copies sooner: a plan cannot know when).
 * A ``call`` op on a GPU holds a copy of its inputs while it runs (the
   simulated backend copies; CuPy does not, and which backend runs is decided
   at run time): its step counts the larger of the copies and its outputs.
 * Loops (:mod:`.loops`), per ``plan.loop_mode``: values moved in before the
   first step are kept to the end; in ``gang`` windows each device's task
   holds, within a step, a value until its last reader, a value sent until
-  its next wait (and once more for the step after: a send through Dask's
-  comms is written when the event loop gets to it), a value received until
-  the step ends, and across steps each state twice (this window's and the
-  last one's) and the window's metric values; with a task per partition or
-  op per step, Dask may run a step's tasks in any order, so every value a
-  task returns counts once per step of two windows and one more (an upper
-  bound: what Dask runs first is not the plan's to know); a ``nested`` loop
+  its next wait (and once more for the step after: over Dask's comms a send
+  is written when the event loop gets to it; on a cluster the spec declares
+  TLS for, every value sent in the window), a value received until the step
+  ends, and across steps each state three times (this step's, the step
+  before's and the last window's) and the window's metric values; with a
+  task per partition or op per step, Dask may run a step's tasks in any
+  order, so every value a task returns counts once per step of two windows
+  and one more (an upper bound: what Dask runs first is not the plan's to
+  know), but for values chained to a state (three steps); a ``nested`` loop
   counts its own values for two steps.
 
 The peak of a device is the largest sum of live bytes at a step that runs on
@@ -51,9 +56,15 @@ the limit, a note otherwise.
 
 Ops left on ``GPU:*`` (Dask picks the GPU at run time) are counted together,
 as if on one GPU, against the smallest limit among the GPUs they may use: an
-upper bound of what those ops hold on any one GPU. A CPU with several threads
-may run several tasks at once; the plan follows one order (host memory is
-Dask's, and no run measures it).
+upper bound of what those ops hold on any one GPU.
+
+Where the plan may still fall short: it follows one order of each device's
+tasks, the plan's, where Dask may run two independent tasks of a device the
+other way round (a CPU with several threads, even at once: host memory is
+Dask's, and no run measures it); and it cannot know of TLS given only on the
+command line (see :mod:`.loops`). tests/test_memory_seen.py runs every
+example and every benchmark's spec and holds each device's peak seen to the
+plan.
 """
 
 from __future__ import annotations

@@ -9,15 +9,20 @@ ops); what it holds for many steps at once is counted over that span.
   (the driver keeps those futures), or until the enclosing loop's step ends.
   An inner loop's final states and metric series are kept until then too.
 * ``gang`` (``orchestrator.runtime.windows``): each device runs its body ops
-  for a window of steps in one task. Within a step a value is dropped after
-  its last reader on the device; one another device reads is kept until the
-  device next waits for a value (it sends what it has first) or the step
-  ends, and once more through the next step (a value sent through Dask's
-  comms, as on a TLS cluster, is held until the worker's event loop has
-  written it: the plan cannot know when); a value received is held from its
-  first reader to the end of the step; a state update and a metric to the
-  end of the step. Across steps: a state's owner holds the state and the
-  previous window's (the driver has two windows in flight: the task's
+  for a window of steps in one task. Within a step, a value is dropped after
+  its last reader on the device; a value received is held from its first
+  reader to the end of the step; a state update and a metric to the end of
+  the step. A value another device reads is sent when the device next waits
+  for a value (it sends what it has first) or when the step ends: the
+  direct links write it then. It is counted once more through the next step,
+  as the transport is the run's choice: over Dask's comms (workers that
+  cannot link directly) a value is held until the worker's event loop has
+  written it. A cluster the spec declares TLS for always sends through
+  Dask's comms, whose event loop may wait for the window's thread: every
+  value sent in the window is counted to its end. (TLS given only on the
+  command line is not the plan's to know: there it may fall short by those
+  values.) Across steps: a state's owner holds the state, the step before's
+  and the last window's (the driver has two windows in flight: a task's
   argument lives until the task ends), and every metric value of the window
   (they are stacked at its end).
 * ``partition`` and ``op``: a task per device partition (or op) per step.
@@ -28,7 +33,10 @@ ops); what it holds for many steps at once is counted over that span.
   moved between devices at a step, is counted once per step of two windows
   and one more (the last window's state, read by the first tasks of the
   next): an upper bound, as what Dask runs first is not the plan's to know.
-  A value used only inside its partition is held as it is outside loops.
+  Only a chained value is bounded: made from a state and read only by ops
+  an update of that state waits for, it is made again only after all its
+  readers have run (:func:`_chained`: three steps). A value used only inside
+  its partition is held as it is outside loops.
 * ``nested`` (a loop holding loops): the driver runs each step's ops as
   stages of their own and waits only for the inner loops and the metrics,
   so a step's last tasks may still hold their values while the next step
@@ -161,14 +169,18 @@ def _gang(plan: Plan, line: Timeline, scope: Scopes, span: Span,
     readers = _readers(plan, span)
     kept = {key_of(var.update) for var in loop.state} | {key_of(ref) for _, ref in loop.metrics}
     waits = _waits(plan, line, scope, span)
+    courier = spec.cluster.tls is not None  # values go through Dask's comms, not the direct links
     for key, size in _outputs(plan, line, span, unknown):
         device, made = line.device_of[key[0]], line.step_of[key[0]]
         here = [line.step_of[r] for r in readers.get(key, ()) if line.device_of[r] == device]
         stop = max([made, *here, *([span.stop] if key in kept else [])])
         if any(line.device_of[r] != device for r in readers.get(key, ())):
-            flush = next((p for p in waits.get(device, ()) if p > made), span.stop + 1)
+            # the links write a value when the device next waits (or the step ends); Dask's comms (a TLS
+            # cluster) when the worker's event loop gets to it: at the latest when the window ends
+            flush = span.stop + 1 if courier else next((p for p in waits.get(device, ()) if p > made), span.stop + 1)
             stop = max(stop, flush - 1)
-            yield device, Held(span.start, span.stop, size, f"{label(spec, key)} (sent the step before)")
+            before = max(1, span.steps - 1) if courier else 1
+            yield device, Held(span.start, span.stop, before * size, f"{label(spec, key)} (sent, {before} earlier)")
         yield device, Held(made, stop, size, label(spec, key))
     for (ref, device), first in _received(plan, line, scope, span).items():
         nbytes = spec.value(ref).nbytes

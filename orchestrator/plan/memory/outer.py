@@ -53,9 +53,12 @@ def outside_loops(plan: Plan, granularity: str, line: Timeline, scope: Scopes,
                 stops[key] = line.end
                 held.add(key)
     _together(line, stops)
+    ends = {lp.name: max(line.step_of[n] for n in (*lp.body, *lp.exports)) for lp in spec.loops}
     for key, stop in stops.items():
         yield line.device_of[key[0]], Held(line.step_of[key[0]], stop, size_of(spec, key) or 0, label(spec, key))
-        yield from _arrivals(plan, line, key, readers.get(key, ()), scope, key in held)
+        # its stage starts once the loops before it have ended: nothing of it exists before then
+        stage = max([0] + [ends[loop] + 1 for loop in scope.stage.get(key[0], ())])
+        yield from _arrivals(plan, line, key, readers.get(key, ()), scope, key in held, stage)
 
 
 def _readers(plan: Plan, line: Timeline, scope: Scopes) -> dict[Key, list[str]]:
@@ -98,24 +101,28 @@ def _together(line: Timeline, stops: dict[Key, int]) -> None:
 
 
 def _arrivals(plan: Plan, line: Timeline, key: Key, readers: list[str] | tuple[str, ...],
-              scope: Scopes, held: bool) -> Iterator[Placed]:
+              scope: Scopes, held: bool, stage: int) -> Iterator[Placed]:
     """On each other device a task reads it, the value is there from that task's start until Dask forgets it.
 
+    Read by several tasks there, it is moved there once by a task of its own (``compile``'s ``move``),
+    which runs as soon as the value exists: during any task of that device the value does not wait for.
     A key the client keeps is never forgotten: its copies stay too (unless Dask's active memory manager
     drops extra copies, every few seconds: not something a plan can know).
     """
-    source = line.device_of[key[0]]
+    source, home = line.device_of[key[0]], line.unit_of[key[0]]
     outside = [r for r in readers if not scope.in_loop(r) and r not in scope.placeholders
                and line.device_of[r] != source]
     if not outside:
         return
-    tasks = _outside(line, readers, line.unit_of[key[0]])
+    tasks = _outside(line, readers, home)
     size = size_of(plan.spec, key) or 0
-    starts: dict[str, int] = {}
+    reading: dict[str, set[int]] = {}
     for r in outside:
-        device = line.device_of[r]
-        starts[device] = min(starts.get(device, line.end), line.first[line.unit_of[r]])
-    for device, start in starts.items():
+        reading.setdefault(line.device_of[r], set()).add(line.unit_of[r])
+    for device, units in reading.items():
+        start = min(line.first[u] for u in units)
+        if len(units) > 1:
+            start = min(start, max(stage, line.arrives(device, home)))
         stop = line.end if held else line.released(device, start, tasks)
         yield device, Held(start, stop, size, label(plan.spec, key) + " (arrived)")
 

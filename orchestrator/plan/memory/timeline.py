@@ -92,6 +92,16 @@ class Timeline:
                 return self.first[unit] - 1
         return self.end
 
+    def arrives(self, device: str, unit: int) -> int:
+        """The first position at which a value of ``unit`` may be on ``device``, moved there as soon as it
+        exists: after the last task of the device that ``unit`` waits for (looking at most ``SCAN`` back)."""
+        units = self.units_on.get(device, ())
+        i = bisect.bisect_left(self.starts_on.get(device, ()), self.first[unit])
+        for back in range(i - 1, max(-1, i - 1 - SCAN), -1):
+            if self.waits_for(unit, units[back]):
+                return self.last[units[back]] + 1
+        return self.first[units[max(0, i - SCAN)]] if units else self.first[unit]
+
     def waits_for(self, unit: int, earlier: int) -> bool:
         """Does ``unit`` wait, through any chain of tasks, for unit ``earlier`` to end?"""
         found = self.waiting.get((unit, earlier))
@@ -176,7 +186,8 @@ def scopes(plan: Plan) -> Scopes:
             loop_of[name] = holder
     placeholders = {var.placeholder: lp for lp in spec.loops for var in lp.state}
     stage: dict[str, frozenset[str]] = {}
-    for p in plan.placements if spec.loops else ():  # without loops a run is one stage  # the plan's order: every value before its readers, a loop's body before its exports
+    # in the plan's order: every value before its readers, a loop's body before its exports
+    for p in plan.placements if spec.loops else ():  # without loops a run is one stage
         op = spec.op(p.op)
         before = frozenset().union(*(stage.get(dep, frozenset()) for dep in (*(r.op for r in op.inputs), *op.after)))
         loop = exports.get(p.op)
