@@ -75,7 +75,7 @@ def in_loops(plan: Plan, granularity: str, line: Timeline, scope: Scopes,
     """What every device holds while the loops run: moved in, made by their steps, their inner loops' results."""
     for span in _spans(plan, granularity, line, scope):
         yield from _moved_in(plan, line, scope, span)
-        yield from _exports(plan, line, span, unknown)
+        yield from _exports(plan, line, scope, span, unknown)
         if span.mode == "gang":
             yield from _gang(plan, line, scope, span, unknown)
         else:
@@ -130,9 +130,10 @@ def _moved_in(plan: Plan, line: Timeline, scope: Scopes, span: Span) -> Iterator
             yield device, Held(span.start, span.hold, size, f"{text} (moved in for loop '{loop.name}')")
 
 
-def _exports(plan: Plan, line: Timeline, span: Span, unknown: dict[str, list[str]]) -> Iterator[Placed]:
+def _exports(plan: Plan, line: Timeline, scope: Scopes, span: Span,
+             unknown: dict[str, list[str]]) -> Iterator[Placed]:
     """An inner loop's final states and metric series, kept until its enclosing loop's step ends."""
-    if span.hold == line.end:
+    if scope.parent[span.loop.name] is None:
         return  # a loop outside any other: its results are values of the run, counted with them
     for name in span.loop.exports:
         size = size_of(plan.spec, (name, 0))

@@ -32,7 +32,7 @@ def outside_loops(plan: Plan, granularity: str, line: Timeline, scope: Scopes,
                   unknown: dict[str, list[str]]) -> Iterator[Placed]:
     """What every device holds of the values made outside loops, and of the loops' exports."""
     spec = plan.spec
-    readers = _readers(plan, line, scope)
+    readers = _readers(plan, line)
     kept = {key_of(o.ref) for o in spec.outputs}
     consumed = {ref.op for op in spec.ops for ref in op.inputs} | {a for op in spec.ops for a in op.after} | \
         {o.ref.op for o in spec.outputs}
@@ -61,7 +61,7 @@ def outside_loops(plan: Plan, granularity: str, line: Timeline, scope: Scopes,
         yield from _arrivals(plan, line, key, readers.get(key, ()), scope, key in held, stage)
 
 
-def _readers(plan: Plan, line: Timeline, scope: Scopes) -> dict[Key, list[str]]:
+def _readers(plan: Plan, line: Timeline) -> dict[Key, list[str]]:
     """Per value, the ops reading it (a loop's state placeholder reads its initial value)."""
     readers: dict[Key, list[str]] = {}
     for name in line.order:
