@@ -134,6 +134,10 @@ def run_plan(plan: Plan, settings: RunSettings | None = None,
     from .cache import check_settings
 
     check_settings(plan, settings or RunSettings())  # before the execution stage is even imported
+    if settings is not None and settings.granularity != "partition":
+        # the memory plan follows the granularity (a task per op holds values longer): the report's planned
+        # peaks are those of the granularity the run uses
+        plan = plan_memory(plan, settings.granularity)
     problem = gpu_backend_problem(settings.gpu_backend) if settings and settings.gpu_backend is not None else None
     if problem is not None:  # the registry's names, before a cluster starts
         raise UsageError(f"--gpu-backend: {problem}")

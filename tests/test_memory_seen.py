@@ -4,8 +4,7 @@ GPUs, device by device (issue 19, item 5).
 The run report carries, per device, the plan's peak (``planned_peak_bytes``) and the peak the simulated
 GPU's allocator saw (``peak_bytes_seen``; a host CPU's memory is Dask's and not measured). A plan under
 what a device held would let a run the planner passed go out of memory. The report's figure is the plan
-at the default granularity, so a run at ``--granularity op`` is held to the plan at that granularity
-(``plan_memory(plan, "op")``). Loops run in every mode the plan can choose: gang windows (polyfit, the
+at the run's granularity (``plan_memory(plan, "op")`` for a run at ``--granularity op``). Loops run in every mode the plan can choose: gang windows (polyfit, the
 loop benchmarks), a task per partition per step (polyfit with retries), per op, and nested.
 
 Benchmark specs are read from the benchmarks' own files (their constants, not by importing them: they
@@ -115,8 +114,8 @@ def test_the_plan_is_at_least_what_each_device_held(name: str, granularity: str,
     report = json.loads(report_path.read_text(encoding="utf-8"))
     planned = {m.device: m.peak for m in plan_memory(plan, granularity).memory}
     seen = {d["device"]: d["peak_bytes_seen"] for d in report["devices"]}
-    if granularity == "partition":  # the report's own figure is the plan's
-        assert {d["device"]: d["planned_peak_bytes"] for d in report["devices"]} == planned
+    # the report's own figure is the plan's at the run's granularity
+    assert {d["device"]: d["planned_peak_bytes"] for d in report["devices"]} == planned
     over = {device: (planned[device], held) for device, held in seen.items()
             if held is not None and held > planned[device]}
     assert over == {}, f"devices that held more than planned (planned, seen): {over}"
