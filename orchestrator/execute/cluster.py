@@ -16,7 +16,7 @@ from the same :func:`worker_options`, for one task on a remote machine.
 The embedded cluster's nannies fork their worker processes from a server
 that has imported Dask, NumPy and the device runtime (:mod:`.processes`,
 started with :func:`server_env`, SIGINT blocked): a worker is ready in
-hundredths of a second instead of half a second of imports, and it ends
+about a tenth of a second instead of half a second of imports, and it ends
 without an interpreter's teardown. Every worker (the remote launcher's
 too) has :mod:`.processes` as a Dask preload, which gives NumPy's BLAS its
 device's threads: a forked worker inherits the BLAS the server loaded, and a
