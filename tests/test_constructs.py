@@ -20,7 +20,7 @@ def test_every_construct_is_registered_by_its_key_and_found_on_an_item() -> None
 
 def test_each_construct_says_which_internal_ops_it_makes() -> None:
     made = {kind for construct in CONSTRUCTS.values() for kind in construct.internal_ops}
-    assert made == {"mean_n", "state", "series", "select", "pick"}
+    assert made == {"mean_n", "state", "series", "select", "pick", "minibatch", "evaluations"}
 
 
 def _expand(text: str):  # type: ignore[no-untyped-def]

@@ -94,7 +94,7 @@ def test_polyfit_data_parallel_adam(tmp_path: Path) -> None:
     shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("results"))
     spec = tmp_path / "examples" / "polyfit.yaml"
     result = run_file(spec, echo=quiet, report_path=str(tmp_path / "run.json"))
-    assert result.report["loops"]["train"].startswith("gang: one task per device per window of 100 steps")
+    assert result.report["loops"]["train"]["mode"].startswith("gang: one task per device per window of 100 steps")
     w = np.asarray(result.values["train.w"])
     assert np.all(np.abs(w - [5.0, 0.0, 3.0]) < 0.05), w
 
@@ -139,6 +139,6 @@ def test_polyfit_is_the_same_at_both_granularities(tmp_path: Path) -> None:
                 for e in result.report["ops"]}
 
     assert records(by_op) == records(by_partition)
-    assert by_partition.report["loops"]["train"].startswith("gang")
+    assert by_partition.report["loops"]["train"]["mode"].startswith("gang")
     # 3 devices x 4 windows, the loop's preparation and the ops outside the loop: a few dozen tasks, not 2,600
     assert by_partition.report["totals"]["tasks"] < 40 < 2000 < by_op.report["totals"]["tasks"]

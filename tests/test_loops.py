@@ -82,7 +82,7 @@ def test_nested_loops_run_epochs_of_batches(tmp_path: Path, granularity: str) ->
     np.testing.assert_allclose(result.values["epochs.m"], per_epoch, rtol=1e-12)
     runs = {e["name"]: e["runs"] for e in result.report["ops"]}
     assert (runs["epochs/lr"], runs["epochs/w1"], runs["epochs/batches/x"]) == (3, 3, 12)
-    assert result.report["loops"]["epochs"].startswith("nested")
+    assert result.report["loops"]["epochs"]["mode"].startswith("nested")
 
 
 def _errors(tmp_path: Path, text: str) -> list[str]:

@@ -341,7 +341,7 @@ def test_a_loop_over_three_devices_runs_in_gang_windows(tmp_path: Path) -> None:
         for name, value in expected.items():
             np.testing.assert_allclose(np.asarray(result.values[name]), value, rtol=1e-12)
     gang = runs["partition"]
-    assert gang.report["loops"]["loop"].startswith("gang: one task per device per window of 3 steps (3 devices)")
+    assert gang.report["loops"]["loop"]["mode"].startswith("gang: one task per device per window of 3 steps (3 devices)")
     assert _records(gang) == _records(runs["op"])
     assert gang.report["totals"]["bytes_exchanged"] > 0
 
@@ -351,7 +351,7 @@ def test_a_loop_with_retries_runs_a_partition_per_step(tmp_path: Path) -> None:
     spec = _spec(tmp_path, LOOP.replace("device: /job:ps/cpu:0}\n            - {name: k1",
                                         "device: /job:ps/cpu:0, retries: 1}\n            - {name: k1"))
     result = run_file(spec, echo=quiet)
-    assert result.report["loops"]["loop"].startswith("partition: a task per device partition per step, because "
+    assert result.report["loops"]["loop"]["mode"].startswith("partition: a task per device partition per step, because "
                                                      "ops have retries")
     for name, value in _loop_reference().items():
         np.testing.assert_allclose(np.asarray(result.values[name]), value, rtol=1e-12)

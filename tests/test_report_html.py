@@ -140,7 +140,7 @@ def test_the_page_of_a_real_run_draws_every_device_op_transfer_and_memory_figure
     assert (f"<th>elapsed</th><td>{html.escape(seconds(report['elapsed_seconds']))} (after "
             f"{html.escape(seconds(report['startup_seconds']))} of start-up: cluster and device workers)</td>") in page
     assert f"{report['totals']['ops']} ops in {report['totals']['tasks']} Dask tasks" in page
-    assert html.escape(report["loops"]["loop"]) in page and report["loops"]["loop"]
+    assert html.escape(report["loops"]["loop"]["mode"]) in page and report["loops"]["loop"]["mode"]
 
 
 @pytest.mark.cluster

@@ -115,4 +115,4 @@ def test_the_page_draws_the_critical_path_and_each_devices_step(polyfit_run: tup
     assert {"waiting for values", "sending (serialize + write)"} <= strings
     # the header says how values went
     assert "<th>loop transport</th><td>Values went between device workers over direct links" in page
-    assert report["loops"]["train"].startswith("gang")
+    assert report["loops"]["train"]["mode"].startswith("gang")

@@ -114,8 +114,8 @@ def test_polyfit_gang_windows_on_the_cluster_are_steps_in_order_here(tmp_path: P
     shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("results"))
     cluster, here = _both(tmp_path / "examples" / "polyfit.yaml", tmp_path, params={"steps": "120", "window": 50})
     _same(cluster, here, tmp_path)
-    assert cluster.report["loops"]["train"].startswith("gang: ")
-    assert here.report["loops"]["train"].startswith("partition: a task per device partition per step, in this "
+    assert cluster.report["loops"]["train"]["mode"].startswith("gang: ")
+    assert here.report["loops"]["train"]["mode"].startswith("partition: a task per device partition per step, in this "
                                                     "process (--sync)")
     assert _records(here)["train/step"][2] == 120  # every step ran, each op recorded per step
     assert len(here.values["train.loss"]) == 120
@@ -135,7 +135,7 @@ def test_nested_loops_and_any_gpu_give_the_clusters_values(tmp_path: Path, granu
                                                            "device: /gpu:*}\n                  - {name: v1"))
     cluster, here = _both(spec, tmp_path, granularity=granularity)
     _same(cluster, here, tmp_path)
-    assert here.report["loops"]["epochs"].startswith("nested")
+    assert here.report["loops"]["epochs"]["mode"].startswith("nested")
     assert _records(here)["epochs/batches/x"][2] == 12
     assert _records(here)["epochs/batches/g"][1] == "/job:localhost/replica:0/task:0/device:GPU:0"
 

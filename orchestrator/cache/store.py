@@ -105,7 +105,7 @@ def compute_keys(plan: Plan, base_dir: str, files: str = "stat") -> Keys:
     """Keys of every op outside loops and of every loop, in the plan's order (inputs before readers)."""
     spec = plan.spec
     outermost = [lp for lp in spec.loops if not any(lp.name.startswith(o.name + "/") for o in spec.loops)]
-    loop_of = {name: loop for loop in outermost for name in loop.body}
+    loop_of = {name: loop for loop in outermost for name in loop.body + _evaluated(loop)}
     export_of = {o.name: loop for loop in outermost for o in spec.ops if o.name.startswith(loop.name + ".")}
     ops: dict[str, Key] = {}
     loops: dict[str, Key] = {}
@@ -170,8 +170,12 @@ def _loop_key(plan: Plan, loop: Loop, known: Mapping[str, Key], base_dir: str, f
               unkeyed: dict[str, str]) -> Key | None:
     """A loop as one unit: its body (as written, names relative to it), steps, states and outer inputs."""
     spec = plan.spec
-    body = set(loop.body)  # with any loop inside it: the outermost loop is the unit
+    body = set(loop.body + _evaluated(loop))  # with any loop inside it: the outermost loop is the unit
     parts: dict[str, str] = {"steps": str(loop.steps)}
+    if loop.evaluation is not None:  # what it evaluates decides when a loop stops, and its tables
+        parts["evaluate"] = _hash([loop.evaluation.every, [[n, str(r)] for n, r in loop.evaluation.metrics]])
+    if loop.stopping:
+        parts["stopping"] = _hash([repr(rule) for rule in loop.stopping])
     for var in loop.state:
         source = known.get(var.init.op)
         if source is None:
@@ -179,7 +183,7 @@ def _loop_key(plan: Plan, loop: Loop, known: Mapping[str, Key], base_dir: str, f
             return None
         parts[f"state:{var.name}"] = _hash([source.key, var.init.output, str(var.update)])
     parts["metrics"] = _hash([[n, str(r)] for n, r in loop.metrics])
-    for name in loop.body:
+    for name in loop.body + _evaluated(loop):
         op = spec.op(name)
         local = name[len(loop.name) + 1:]
         params = {k: v for k, v in op.params.items() if k not in _NOT_CONTENT}
@@ -209,6 +213,10 @@ def _loop_key(plan: Plan, loop: Loop, known: Mapping[str, Key], base_dir: str, f
             return None
         parts[f"op:{local}"] = _hash(row)
     return Key(_hash(parts), parts)
+
+
+def _evaluated(loop: Loop) -> tuple[str, ...]:
+    return loop.evaluation.body if loop.evaluation is not None else ()
 
 
 def _reads(op: Op) -> tuple[str, ...]:

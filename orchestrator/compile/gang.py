@@ -141,7 +141,7 @@ class _Args:
         return self.slots[(key, index)]
 
 
-def _state_rules(plan: Plan, loop: Loop, shape: _Shape, d: str, start: int, state: LoopState,
+def _state_rules(plan: Plan, loop: Loop, shape: _Shape, d: str, first_window: bool, state: LoopState,
                  args: _Args) -> tuple[list[int], list[StateRule]]:
     """The states device ``d`` updates or reads, and how each starts the window (argument, received)."""
     relevant = [v for v in shape.placeholders.values() if shape.owner[v] == d or d in shape.readers[v]]
@@ -151,12 +151,12 @@ def _state_rules(plan: Plan, loop: Loop, shape: _Shape, d: str, start: int, stat
     for v in relevant:
         var, owner, readers = loop.state[v], shape.owner[v], shape.readers[v]
         first: tuple[int, int, int] | None = None
-        if start == 0 and d in readers:
+        if first_window and d in readers:
             first = (ARG, args.slot(*state.placed[(f"state:{var.name}", d)]), -1)
-        elif start > 0 and owner == d:
+        elif not first_window and owner == d:
             assert previous is not None
             first = (ARG, args.slot(previous, owned.index(v)), -1)
-        elif start > 0 and d in readers:
+        elif not first_window and d in readers:
             first = (RECEIVED, -1, -1)
         update = (shape.slot[var.update.op], _element(plan, var.update)) if owner == d else None
         rules.append(StateRule(var.name, owner, update, first, tuple(sorted(readers - {d})) if owner == d else ()))
@@ -232,11 +232,14 @@ def _sampled(loop: Loop, start: int, last: int, offset: int) -> int | None:
 
 
 def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, options: CompileOptions,
-                        offset: int = 0) -> CompiledWindow:
-    """One task per device running its body ops for steps ``start .. start + window - 1`` (plus ``offset``)."""
+                        offset: int = 0, stop: int | None = None, first: bool | None = None) -> CompiledWindow:
+    """One task per device running its body ops for steps ``start .. stop - 1`` (plus ``offset``; ``stop``
+    defaults to a window's steps on). ``first``: the states start from values moved to the devices before
+    it (the loop's first window, or the first after a resumed checkpoint; default: ``start == 0``)."""
     index = plan.spec.loops.index(loop)
     suffix = f"-{options.token}-L{index}w{offset + start}"
-    last = min(loop.steps, start + loop.window)
+    last = min(loop.steps, start + loop.window) if stop is None else stop
+    opening = start == 0 if first is None else first
     builder = GraphBuilder(plan, options.token, options.base_dir, suffix=suffix, out_dir=options.out_dir,
                            task_names=options.task_names)
     shape = _shape(plan, loop)
@@ -249,7 +252,7 @@ def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, op
     for d in shape.devices:
         mine = [name for name in shape.order if shape.device_of[name] == d]
         args = _Args()
-        relevant, rules = _state_rules(plan, loop, shape, d, start, state, args)
+        relevant, rules = _state_rules(plan, loop, shape, d, opening, state, args)
         inputs, received, last_reader = _inputs(plan, shape, d, mine, relevant, state, args)
         metrics = [(shape.slot[ref.op], _element(plan, ref)) for _, ref in loop.metrics
                    if shape.device_of[ref.op] == d]
@@ -257,7 +260,7 @@ def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, op
         owned = [v for v in relevant if shape.owner[v] == d]
         previous = state.last_windows.get(d)
         controls = [TaskRef(previous)] if previous is not None and not owned else []
-        payload = WindowTask(index, options.token, d, offset + start, last - start, start == 0,
+        payload = WindowTask(index, options.token, d, offset + start, last - start, opening,
                              tuple(builder.op_task(n, 0) for n in mine),
                              tuple(inputs), tuple(tuple((r, e, tuple(to)) for r, e, to in sends[d].get(j, ()))
                                                   for j in range(len(mine))),

@@ -45,7 +45,7 @@ def loop_start(plan: Plan, loop: Loop, known: Mapping[str, Located]) -> LoopStat
 
 
 def compile_window(plan: Plan, loop: Loop, start: int, state: LoopState, options: CompileOptions,
-                   offset: int = 0) -> CompiledWindow:
+                   offset: int = 0, stop: int | None = None) -> CompiledWindow:
     """One window of ``loop`` with a task per op or per device partition, step by step.
 
     ``offset`` is added to every step number (a loop inside a loop: its steps of one outer step are
@@ -70,7 +70,7 @@ def compile_window(plan: Plan, loop: Loop, start: int, state: LoopState, options
     carried = dict(state.carried)
     metric_keys: list[tuple[str, ...]] = []
     sink_keys: list[str] = []
-    last = min(loop.steps, start + loop.window)
+    last = min(loop.steps, start + loop.window) if stop is None else stop
     for step in range(offset + start, offset + last):
         suffix = f"-{options.token}-{step}"
         values: dict[str, Located] = {}

@@ -25,31 +25,22 @@ its plan names.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..cache import ref_of
-from ..compile import (
-    CompileOptions,
-    LoopState,
-    after_window,
-    compile_fetch,
-    compile_gang_prep,
-    compile_gang_window,
-    compile_plan,
-    compile_window,
-    lookup_value,
-    loop_start,
-)
+from ..compile import CompileOptions, LoopState, compile_fetch, compile_gang_prep, compile_plan, lookup_value, loop_start
 from ..errors import RunError
 from ..compile.records import CompiledWindow, Located
 from ..plan.records import Plan
 from ..spec.records import Loop, OpRef
 from ..ops import lookup
 from .caching import CacheUse
+from .checkpointing import CheckpointWriter
+from .training import TrainingLoop
 from .submitter import Submitter
 from .outputs import metric_value
 
@@ -57,6 +48,11 @@ from .outputs import metric_value
 def _writes_files(plan: Plan, name: str) -> bool:
     definition = lookup(plan.spec.op(name).kind)
     return definition is not None and bool(definition.writes)
+
+
+def _recorded(loop: Loop) -> tuple[tuple[str, OpRef], ...]:
+    """The series a loop records on the client: its metrics', then its evaluations' (a cache entry's order)."""
+    return loop.metrics + (loop.evaluation.metrics if loop.evaluation is not None else ())
 
 
 def _parent(loop: Loop, loops: Sequence[Loop]) -> str | None:
@@ -84,6 +80,13 @@ class StagedRun:
     readers: dict[str, set[str]] = field(default_factory=dict)  # op -> the ops that read it (or wait for it)
     output_ops: set[str] = field(default_factory=set)
     cache: CacheUse | None = None
+    checkpoints: CheckpointWriter | None = None
+    say: Callable[[str], None] | None = None  # the run's echo (resumed loops, checkpoints not used)
+    outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)  # loop -> how it began and ended
+
+    def echo(self, text: str) -> None:
+        if self.say is not None:
+            self.say(text)
 
     def deps(self, name: str) -> set[str]:
         op = self.plan.spec.op(name)
@@ -126,13 +129,13 @@ class StagedRun:
                 future = self.submitter.scatter(value, device)
                 self.held[future.key] = future
                 self.known[export] = self.done[export] = Located(future.key, device)
-            for (metric, _), value in zip(loop.metrics, series):
+            for (metric, _), value in zip(_recorded(loop), series):
                 export = f"{loop.name}.{metric}"
                 self.client_values[export] = value
                 future = self.submitter.scatter(value, self.plan.placement(export).device)
                 self.held[future.key] = future
                 self.known[export] = self.done[export] = Located(future.key, self.plan.placement(export).device)
-            finished = set(loop.body) | {o.name for o in spec.ops if o.name.startswith(loop.name + ".")}
+            finished = set(loop.body + loop.evaluated) | {o.name for o in spec.ops if o.name.startswith(loop.name + ".")}
             self.known_ops |= finished
             for op in finished:
                 self.notes[op] = f"loop '{loop.name}' {cache.record(loop.name)}"
@@ -160,10 +163,10 @@ class StagedRun:
         """The ops a scope runs itself (the top level, or one loop's body), without its loops' bodies."""
         spec = self.plan.spec
         inner = [lp for lp in spec.loops if self.parent[lp.name] == (loop.name if loop else None)]
-        taken = {name for lp in inner for name in lp.body} | {o.name for lp in inner for o in spec.ops
+        taken = {name for lp in inner for name in lp.body + lp.evaluated} | {o.name for lp in inner for o in spec.ops
                                                              if o.name.startswith(lp.name + ".")}
         if loop is None:
-            in_loops = {name for lp in spec.loops for name in lp.body}
+            in_loops = {name for lp in spec.loops for name in lp.body + lp.evaluated}
             exports = {o.name for lp in spec.loops for o in spec.ops if o.name.startswith(lp.name + ".")}
             mine = [p.op for p in self.plan.placements if p.op not in in_loops and p.op not in exports]
         else:
@@ -201,7 +204,8 @@ class StagedRun:
                 raise RunError("cannot order the loops of this spec: a loop reads a value made after it")
             pending.remove(next_loop)
             self.run_loop(next_loop, 0 if step is None else step * next_loop.steps)
-            finished = set(next_loop.body) | {o.name for o in spec.ops if o.name.startswith(next_loop.name + ".")}
+            finished = set(next_loop.body + next_loop.evaluated) | {o.name for o in spec.ops
+                                                                   if o.name.startswith(next_loop.name + ".")}
             done |= finished
             self.known_ops |= finished
 
@@ -258,7 +262,7 @@ class StagedRun:
             keys = {text: located.key for text, located in values.items()}
             futures = self.held
         states = [futures[keys[text]] for text in values]
-        series = tuple(self.client_values[f"{loop.name}.{metric}"] for metric, _ in loop.metrics)
+        series = tuple(self.client_values[f"{loop.name}.{metric}"] for metric, _ in _recorded(loop))
         cache.store_later(loop.name, states, series)
 
     def run_steps(self, loop: Loop, state: LoopState, offset: int, series: dict[str, list[Any]]) -> LoopState:
@@ -304,26 +308,11 @@ class StagedRun:
 
     def run_windows(self, loop: Loop, state: LoopState, offset: int, series: dict[str, list[Any]],
                     gang: bool) -> LoopState:
-        """A loop of ops only: windows of steps, two in flight, compiled as gang windows or per step."""
-        if gang:
-            state = self.prepare_gang(loop, state, offset)
-        in_flight: tuple[CompiledWindow, dict[str, Any]] | None = None
-        carried_futures: dict[str, Any] = {}
-        for start in range(0, loop.steps, loop.window):
-            window = compile_gang_window(self.plan, loop, start, state, self.options, offset) if gang else \
-                compile_window(self.plan, loop, start, state, self.options, offset)
-            wanted = [c.key for c in window.carried.values()] + [k for keys in window.metric_keys for k in keys] + \
-                list(window.sink_keys) + list(window.persistent_moves.values())
-            futures = self.submitter.submit(window.graph, wanted)
-            self.held.update({key: futures[key] for key in window.persistent_moves.values()})
-            state = after_window(state, window)
-            if in_flight is not None:
-                self.collect(loop, series, *in_flight)
-            in_flight = (window, futures)
-            carried_futures = {c.key: futures[c.key] for c in window.carried.values()}
-        if in_flight is not None:
-            self.collect(loop, series, *in_flight)
-        self.held.update(carried_futures)
+        """A loop of ops only: windows of steps, two in flight, with its evaluations, stopping and checkpoints."""
+        training = TrainingLoop(self, loop, offset, gang, series)
+        state = training.run(state)
+        self.client_values.update(training.tables())
+        self.outcomes[loop.name] = training.outcome
         return state
 
     def export(self, loop: Loop, state: LoopState, series: dict[str, list[Any]]) -> None:
@@ -332,9 +321,13 @@ class StagedRun:
             self.notes[var.placeholder] = f"state of loop '{loop.name}': the carried value, read where it lives"
             self.known[f"{loop.name}.{var.name}"] = state.carried[var.name]
             self.notes[f"{loop.name}.{var.name}"] = f"final state of loop '{loop.name}'"
-        for name, _ in loop.metrics:
-            export = f"{loop.name}.{name}"
-            values = np.stack(series[name]) if series[name] else np.zeros((0,))
+        tables = {f"{loop.name}.{name}" for name, _ in loop.evaluation.metrics} if loop.evaluation else set()
+        for export in [f"{loop.name}.{name}" for name, _ in loop.metrics] + sorted(tables):
+            name = export[len(loop.name) + 1:]
+            if export in tables:  # an evaluation's (step, value) rows, set by its windows' driver
+                values = self.client_values.get(export, np.zeros((0, 2)))
+            else:
+                values = np.stack(series[name]) if series[name] else np.zeros((0,))
             self.client_values[export] = values
             device = self.plan.placement(export).device
             future = self.submitter.scatter(values, device)
@@ -357,7 +350,7 @@ class StagedRun:
         return state
 
     def collect(self, loop: Loop, series: dict[str, list[Any]], window: CompiledWindow,
-                futures: dict[str, Any]) -> None:
+                futures: dict[str, Any], extra: str = "") -> None:
         """Wait for one window: read its metrics (one scalar per step) and surface any error."""
         self.submitter.wait_for(list(futures.values()))  # the first error of any device, as it happens
         flat = self.submitter.gather({k: k for keys in window.metric_keys for k in keys}, futures,
@@ -369,7 +362,8 @@ class StagedRun:
                 rows = np.asarray(flat[key]) if window.metrics_stacked else [flat[key]]  # stacked: a row per step
                 for row in rows:
                     series[name].append(metric_value(loop.name, name, row, len(series[name]) + 1))
-        self.submitter.loop_progress(loop.name, window.last_step, loop.steps)
+        latest = ", ".join(f"{name} {float(np.asarray(values[-1])):.4g}" for name, values in series.items() if values)
+        self.submitter.loop_progress(loop.name, window.last_step, loop.steps, ", ".join(filter(None, [latest, extra])))
 
     def outputs(self) -> dict[str, Any]:
         spec = self.plan.spec

@@ -43,6 +43,8 @@ from ..paths import PathUse
 from ..perf import paused_gc
 from ..runtime import LOG_TOPIC, commit_saves, discard_saves, drain_records
 from .caching import CacheUse, default_directory
+from .checkpointing import writer_for
+from .progress import LoopProgress
 from .cluster import dask_settings, device_configs, scheduler_config
 from .connect import choose_backend, connect, cuda_counter, prestart, wait_for_devices
 from .loops import StagedRun
@@ -72,9 +74,11 @@ class Runner:
         self.client: Any = None
         self.partition_ops: dict[str, tuple[str, ...]] = {}  # partition and window keys -> their ops
         self.loop_modes: dict[str, str] = {}
+        self.loop_outcomes: dict[str, dict[str, Any]] = {}  # loop -> resumed_from_step, stopped_at_step, stop_reason
         self.saves_settled = False  # checkpoints of this run committed (or there is nothing left to discard)
         self.cache: CacheUse | None = None
         self.links = False  # loop windows' values go over direct links between workers (else Dask's comms)
+        self.progress_line = LoopProgress()
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -211,13 +215,22 @@ class Runner:
 
     def run_staged(self, staged: StagedRun) -> dict[str, Any]:
         """The values of a staged run (compiling and submitting window by window); says how each loop ran."""
+        staged.checkpoints = writer_for(self.plan, self.settings, self.cache.keys if self.cache else None, self.echo)
+        staged.say = self.echo
         with self.phase("compute"):
             try:
                 values = staged.run()
             finally:
                 self.loop_modes = dict(staged.modes)
+                self.loop_outcomes = dict(staged.outcomes)
+                if staged.checkpoints is not None:  # those under way are written, also when the run stopped
+                    staged.checkpoints.finish()
         for loop, mode in self.loop_modes.items():
-            self.echo(f"loop '{loop}' ran {mode}")
+            outcome = self.loop_outcomes.get(loop, {})
+            ended = f", stopped at step {outcome['stopped_at_step']} ({outcome['stop_reason']})" \
+                if outcome.get("stop_reason", "steps") != "steps" else ""
+            began = f", resumed from step {outcome['resumed_from_step']}" if outcome.get("resumed_from_step") else ""
+            self.echo(f"loop '{loop}' ran {mode}{began}{ended}")
         self.not_run.update(staged.notes)
         return values
 
@@ -301,9 +314,11 @@ class Runner:
         workers = [device.to_string()] if device.device_index != "*" else None
         return self.client.scatter(value, workers=workers, broadcast=False)
 
-    def loop_progress(self, loop: str, done: int, steps: int) -> None:
+    def loop_progress(self, loop: str, done: int, steps: int, note: str = "") -> None:
         if self.settings.on_loop_progress is not None:
             self.settings.on_loop_progress(loop, done, steps)
+        if self.settings.progress or (self.settings.progress is None and sys.stdout.isatty()):
+            self.progress_line.show(loop, done, steps, note)
 
     def translate(self, exc: Exception) -> RunError:
         text = f"{type(exc).__name__}: {exc}"
@@ -356,7 +371,9 @@ class Runner:
         return RunReport(self.spec.name, self.spec.file, self.token, self.backend,
                          (self.task_names, self.task_names_why), elapsed, checked,
                          device_records(self.plan, stats), totals, tuple(sorted(restarted)), unverified,
-                         granularity=self.settings.granularity, loops=dict(self.loop_modes),
+                         granularity=self.settings.granularity,
+                         loops={name: {"mode": mode, **self.loop_outcomes.get(name, {})}
+                                for name, mode in self.loop_modes.items()},
                          transfers=tuple(sorted(transfers, key=lambda t: t.start)), params=self.spec.params,
                          loop_steps=step_pictures(worker.get("samples", {}) for worker in drained.values()),
                          transport=self._transport())

@@ -6,6 +6,7 @@ from typing import Any, Sequence
 
 from . import inference as inf
 from . import kernels as k
+from . import training as t
 from .base import CPU_GPU, CPU_ONLY, Infer, Kernel, OpDef
 
 
@@ -69,10 +70,15 @@ CATALOG: dict[str, OpDef] = {d.name: d for d in [
     _def("call", "Call", inf.infer_call, k.call, 0, None, required=["fn"],
          optional=["kernels", "params", "output", "outputs"], user_code=True, outputs_param="outputs"),
     # Made by constructs.
-    _def("mean_n", "Mean", inf.infer_mean_n, k.mean_n, 1, None, internal=True, optional=["split", "weights"],
+    _def("mean_n", "Mean", inf.infer_mean_n, k.mean_n, 1, None, internal=True,
+         optional=["split", "weights", "weights_last", "batches"],
          description="replicate's combine: mean, weighed by the rows of each copy's piece"),
     _def("state", "Identity", inf.infer_same, _pure(lambda xp, x: x), 1, 1, internal=True),
     _def("select", "Select", inf.infer_select, k.select, 1, None, internal=True),
     _def("pick", "Select", inf.infer_pick, k.pick, 2, None, internal=True),
     _def("series", "Stack", inf.infer_series, lambda ctx, p, *xs: ctx.xp.stack(xs), 1, None, internal=True),
+    _def("minibatch", "Gather", t.infer_minibatch, t.minibatch, 1, 1, internal=True,
+         description="iterate's batches: this step's rows of a dataset"),
+    _def("evaluations", "Stack", t.infer_evaluations, t.evaluations, 1, None, internal=True,
+         description="iterate's evaluate: a metric's (step, value) rows"),
 ]}

@@ -105,6 +105,12 @@ def add_n(ctx: KernelContext, p: Params, *xs: Any) -> Any:
     return total
 
 
+def _last_batch_step(batches: Params, step: int) -> bool:
+    rows, size, passes = int(batches["rows"]), int(batches["size"]), int(batches["steps"])
+    per_epoch = -(-rows // size)
+    return (step % passes if passes else step) % per_epoch == per_epoch - 1
+
+
 def mean_n(ctx: KernelContext, p: Params, *xs: Any) -> Any:
     """Σ wᵢ·xᵢ / Σ wᵢ with the weights validation fixed (the rows of each copy's piece, else equal).
 
@@ -114,6 +120,8 @@ def mean_n(ctx: KernelContext, p: Params, *xs: Any) -> Any:
     mean of no rows is NaN, which 0·NaN would carry into the result.
     """
     weights = [int(w) for w in p["weights"]]
+    if "weights_last" in p and _last_batch_step(p["batches"], ctx.step):
+        weights = [int(w) for w in p["weights_last"]]  # the epoch's partial batch, cut otherwise
     terms = [(w, x) for w, x in zip(weights, xs) if w]
     total = terms[0][1] * terms[0][0]
     for w, x in terms[1:]:

@@ -243,6 +243,49 @@ class StateVar:
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    every: int
+    keep: int = 2
+    path: str | None = None  # a directory relative to the spec's folder; None: the cache directory's
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A body run every ``every`` steps (and after the last) on the states as they are then."""
+
+    every: int
+    body: tuple[str, ...]  # its ops (``LOOP/eval/<op>``), planned like the others, run by the loop's driver
+    metrics: tuple[tuple[str, OpRef], ...]
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """When a loop stops before its last step: Keras's EarlyStopping, or a condition; judged at evaluations."""
+
+    metric: str
+    mode: str = "min"  # early stop: lower is better ("max": higher)
+    patience: int | None = None  # None: a condition (below/above), not early stopping
+    min_delta: float = 0.0
+    baseline: float | None = None
+    start_from: int = 0  # evaluations ignored at the start
+    restore_best: bool = False
+    below: float | None = None
+    above: float | None = None
+
+
+@dataclass(frozen=True)
+class Batches:
+    """Minibatches: each ``data`` name in the body is this step's rows of an outer value."""
+
+    data: tuple[tuple[str, OpRef], ...]  # (body op made for it, the outer value)
+    size: int
+    epochs: int | None
+    shuffle: bool = True
+    seed: int = 0
+    drop_last: bool = False
+
+
+@dataclass(frozen=True)
 class Loop:
     """An ``iterate`` construct: its body ops run ``steps`` times with carried state."""
 
@@ -253,11 +296,31 @@ class Loop:
     body: tuple[str, ...]
     metrics: tuple[tuple[str, OpRef], ...]
     path: YamlPath
+    checkpoint: Checkpoint | None = None
+    evaluation: Evaluation | None = None
+    stopping: tuple[Stopping, ...] = ()
+    batches: Batches | None = None
+
+    @property
+    def evaluated(self) -> tuple[str, ...]:
+        """The ops of its evaluation body (run by its driver between windows, never as steps)."""
+        return self.evaluation.body if self.evaluation is not None else ()
+
+    def window_starts(self) -> tuple[int, ...]:
+        """The first step of each window: every ``window`` steps, and a window ends at every checkpoint and
+        evaluation step (the driver reads the states there)."""
+        cuts = set(range(0, self.steps, self.window))
+        for every in (self.checkpoint.every if self.checkpoint else 0, self.evaluation.every if self.evaluation else 0):
+            if every:
+                cuts |= set(range(every, self.steps, every))
+        return tuple(sorted(cuts))
 
     @property
     def exports(self) -> tuple[str, ...]:
         """``NAME.state`` and ``NAME.metric``: values the driver resolves after the loop, never tasks."""
-        return (*(f"{self.name}.{var.name}" for var in self.state), *(f"{self.name}.{m}" for m, _ in self.metrics))
+        evaluated = self.evaluation.metrics if self.evaluation is not None else ()
+        return (*(f"{self.name}.{var.name}" for var in self.state), *(f"{self.name}.{m}" for m, _ in self.metrics),
+                *(f"{self.name}.{m}" for m, _ in evaluated))
 
 
 @dataclass(frozen=True)

@@ -222,6 +222,20 @@ def parse_run_report(data: Mapping[str, Any], source: str = "the run report") ->
         raise BadRunReport(f"{source} is not a run report: {exc}") from None
 
 
+def _loop_words(loops: _Fields, key: str) -> str:
+    """How a loop ran: its mode, and where it began and ended when that was not its first and last step."""
+    if isinstance(loops.data.get(key), str):  # reports written before loops carried where they began and ended
+        return loops.text(key)
+    loop = loops.mapping(key)
+    words = [loop.text("mode")]
+    resumed = loop.count("resumed_from_step") if "resumed_from_step" in loop.data else 0
+    if resumed:
+        words.append(f"resumed from step {resumed}")
+    if loop.data.get("stop_reason", "steps") != "steps":
+        words.append(f"stopped at step {loop.count('stopped_at_step')} ({loop.text('stop_reason')})")
+    return "; ".join(words)
+
+
 def _parse(top: _Fields) -> RunView:
     version = top.data.get("format")
     if version != RUN_REPORT_FORMAT:
@@ -238,7 +252,7 @@ def _parse(top: _Fields) -> RunView:
         elapsed=top.number("elapsed_seconds") or 0.0, startup=top.number("startup_seconds", optional=True) or 0.0,
         phases=tuple((key, phases.number(key) or 0.0) for key in phases.data),
         totals={key: totals.count(key) or 0 for key in totals.data},
-        loops=tuple((key, loops.text(key)) for key in loops.data),
+        loops=tuple((key, _loop_words(loops, key)) for key in loops.data),
         ops=tuple(_op(_Fields(item, f"ops[{i}]")) for i, item in enumerate(top.items("ops"))),
         devices=tuple(_device(_Fields(item, f"devices[{i}]")) for i, item in enumerate(top.items("devices"))),
         transfers=tuple(_transfer(_Fields(item, f"transfers[{i}]"))

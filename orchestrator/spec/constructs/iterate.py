@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ...errors import YamlPath
 from ..records import Loop, Op, OpRef, StateVar
 from .base import Chain, Expander, Resolver
+from .training import checkpoint_of, expand_batches, expand_evaluation, stopping_of
 
 
 MAX_STEPS = 10_000_000
@@ -26,7 +27,9 @@ class Iterate:
     name_fields: tuple[str, ...] = ("state", "update", "metrics")
     body_fields: tuple[str, ...] = ("update", "metrics")
     internal_ops: Mapping[str, str] = {"state": "carried values are declared under iterate: state: {w: w0}",
-                    "series": "iterate's metrics: {loss: loss} makes it"}
+                    "series": "iterate's metrics: {loss: loss} makes it",
+                    "minibatch": "iterate's batches: {data: {x: X}, size: 32} makes it",
+                    "evaluations": "iterate's evaluate: {every: 50, body: [...], metrics: {...}} makes it"}
     reference_roles: Mapping[str, str] = {"state": "the initial value '{ref}' of state '{var}' in '{group}'",
                        "update": "the update '{ref}' of state '{var}' in '{group}'",
                        "metrics": "the metric '{ref}' of '{group}'"}
@@ -36,9 +39,15 @@ class Iterate:
         name, spec = prefix + str(item["name"]), item["iterate"]
         ipath = (*path, "iterate")
         body, state, update = spec["body"], dict(spec["state"]), dict(spec["update"])
-        if int(spec["steps"]) > MAX_STEPS:
+        if "steps" not in spec and "epochs" not in (spec.get("batches") or {}):
             ex.diagnostics.append(ex.doc.diagnostic(
-                "loop-steps", (*ipath, "steps"), f"steps: {int(spec['steps']):,} is more than the "
+                "loop-steps", ipath, f"iterate '{name}' says neither how many steps it runs nor how many epochs",
+                "give steps: N, or batches: {..., epochs: E}"))
+            return
+        steps = int(spec.get("steps", 0))  # 0: epochs x batches per epoch, settled once the data's rows are known
+        if steps > MAX_STEPS:
+            ex.diagnostics.append(ex.doc.diagnostic(
+                "loop-steps", (*ipath, "steps"), f"steps: {steps:,} is more than the "
                 f"{MAX_STEPS:,} a loop may run", "split the work into several runs or loops; a loop keeps one value "
                 "of each metric per step on the client"))
             return
@@ -51,8 +60,9 @@ class Iterate:
             ex.ops.append(Op(placeholder, "state", (init_ref,), {}, (*ipath, "state", var),
                              device_chain=chain, colocate_with=init_ref, group=name))
             subs[var] = OpRef(placeholder)
-        local = ex.local_names(body)
+        local = ex.local_names(body) | {str(k) for k in (spec.get("batches") or {}).get("data", {})}
         inner = ex.scoped(step_prefix, local, subs, resolve)
+        batches = expand_batches(ex, spec, ipath, step_prefix, chain, resolve, name)
         ex.items(body, (*ipath, "body"), step_prefix, chain, inner, name)
         state_vars = []
         for var, init in state.items():
@@ -71,15 +81,18 @@ class Iterate:
         for metric, target in (spec.get("metrics") or {}).items():
             ref = inner(str(target))
             metrics.append((metric, ref))
-            ex.ops.append(Op(f"{name}.{metric}", "series", (ref,), {"steps": int(spec["steps"])},
+            ex.ops.append(Op(f"{name}.{metric}", "series", (ref,), {"steps": steps},
                              (*ipath, "metrics", metric), colocate_with=ref, group=name))
         body_names = tuple(op.name for op in ex.ops[first:] if op.name.startswith(step_prefix))
-        ex.loops.append(Loop(name, int(spec["steps"]), int(spec.get("window", 50)), tuple(state_vars),
-                             body_names, tuple(metrics), ipath))
+        evaluation = expand_evaluation(ex, spec, ipath, name, chain, subs, resolve, steps)
+        ex.loops.append(Loop(name, steps, int(spec.get("window", 50)), tuple(state_vars), body_names, tuple(metrics),
+                             ipath, checkpoint_of(spec), evaluation, stopping_of(spec), batches))
 
     def local_names(self, ex: Expander, item: Mapping[str, Any]) -> set[str]:
         body = item.get("iterate") or {}
-        return {f"{item.get('name')}.{k}" for k in list(body.get("state") or {}) + list(body.get("metrics") or {})}
+        evaluated = list((body.get("evaluate") or {}).get("metrics") or {})
+        return {f"{item.get('name')}.{k}" for k in [*(body.get("state") or {}), *(body.get("metrics") or {}),
+                                                    *evaluated]}
 
     def body(self, item: Mapping[str, Any]) -> tuple[Sequence[Any], tuple[str, ...]]:
         return item["iterate"]["body"], ("iterate", "body")
@@ -87,7 +100,10 @@ class Iterate:
     def size(self, item: Mapping[str, Any], items: Callable[[Sequence[Any]], int],
              devices: Callable[[Any], int]) -> int:
         spec = item["iterate"]
-        return items(spec["body"]) + 2 * len(spec["state"]) + len(spec.get("metrics") or {})
+        evaluation = spec.get("evaluate") or {}
+        return items(spec["body"]) + 2 * len(spec["state"]) + len(spec.get("metrics") or {}) + \
+            (items(evaluation["body"]) + len(evaluation.get("metrics") or {}) if evaluation else 0) + \
+            len((spec.get("batches") or {}).get("data") or {})
 
 
 ITERATE = Iterate()

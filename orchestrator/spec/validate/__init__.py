@@ -42,6 +42,7 @@ from .graph import (
     topological_order,
 )
 from .loops import check_loops
+from .training import settle_loops
 from .names import check_name_keys, once_per_copy
 from .outputs import check_outputs
 from .schema import check_schema, schema, schema_text
@@ -96,9 +97,14 @@ def _validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
         c.error("cycle", by_name[cycle[0]].path, f"the graph has a cycle: {' -> '.join(cycle)}",
                 "an op cannot depend on itself, directly or through others")
     values = infer_values(c, order, by_name) if not cycles else {}
+    loops = list(expansion.loops)
     if not cycles:  # the first point where split lengths are known; the spec carries the weights from here
+        loops, order, changed = settle_loops(c, loops, order, values)
+        if changed:  # steps counted in epochs: the series and batches they size are known only now
+            by_name = {op.name: op for op in order}
+            values = infer_values(Checker(doc), order, by_name)
         order = settle_weights(c, order, values)
-    check_loops(c, expansion.loops, values)
+    check_loops(c, loops, values)
     check_devices(c, ops, cluster, placement)
     check_rules(c, ops, placement)
     outputs = check_outputs(c, data, by_name, run, values)
@@ -106,6 +112,6 @@ def _validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
     if any(d.is_error for d in diags):
         return None, diags
     spec = Spec(doc, str(data.get("name") or os.path.splitext(os.path.basename(doc.file))[0]), cluster, placement,
-                tuple(order), values, outputs, expansion.loops, run, bool(data.get("cache", False)),
+                tuple(order), values, outputs, tuple(loops), run, bool(data.get("cache", False)),
                 expansion.cache_scopes)
     return spec, diags

@@ -64,7 +64,31 @@ def _weighed(c: Checker, op: Op, by_name: Mapping[str, Op], values: Values) -> O
         return op
     rows = next(iter(pieces.values()), ())
     weights = list(rows) if sum(rows) else [1] * len(op.inputs)
-    return replace(op, params={**op.params, "weights": weights})
+    return replace(op, params={**op.params, "weights": weights, **_last_batch(splits, by_name, values)})
+
+
+def _last_batch(splits: Sequence[Op], by_name: Mapping[str, Op], values: Values) -> dict[str, object]:
+    """A split of a minibatch whose epochs end in a partial batch: that batch's weights too, and where it is.
+
+    A batch of 32 rows splits 16 + 16; the last one of 100 rows (4) 2 + 2, but one of 99 (3) 2 + 1: the mean
+    must weigh that step's copies by that step's pieces. The kernel tells the steps apart as the batches do.
+    """
+    for split in splits:
+        source = by_name.get(split.inputs[0].op)
+        if source is None or source.kind != "minibatch":
+            continue
+        data = values.get(source.inputs[0].op, ())
+        if not data or data[0].shape is None or not data[0].shape:
+            return {}
+        rows, size = int(data[0].shape[0]), int(source.params["size"])
+        left = rows % size
+        if not left or source.params.get("drop_last"):
+            return {}
+        num = int(split.params["num"])
+        pieces = [left // num + (1 if i < left % num else 0) for i in range(num)]  # as array_split cuts them
+        return {"weights_last": pieces if sum(pieces) else [1] * num,
+                "batches": {"rows": rows, "size": size, "steps": int(source.params.get("steps") or 0)}}
+    return {}
 
 
 def _rows(split: Op, values: Values) -> tuple[int, ...] | None:

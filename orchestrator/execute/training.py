@@ -1,0 +1,213 @@
+"""One loop of ops run in windows: evaluations, stopping, checkpoints and resuming around the windows.
+
+Policy. The windows are the loop's (``Loop.window_starts``: every
+``window`` steps, cut at every checkpoint and evaluation step). Two are in
+flight: window k+1 is submitted before window k is read. An evaluation of
+the states after window k is submitted right after window k (it reads
+nothing of window k+1), so the cluster does not idle while the client
+judges it. Reading window k gives its metrics, then its evaluation's
+values, which the :class:`~.stopping.Judge` weighs; a stop there ends the
+loop at window k's last step (window k+1's values are dropped, unread) and
+the loop's outputs are that step's states, or the best evaluation's with
+``restore_best``. A checkpoint is handed to the writer once window k has
+been read (its series and the judge's state are then those of its last
+step). On ``--resume`` a loop with a checkpoint starts from its step: its
+states are placed where they start, its series and the judge are restored,
+and the windows from there on are those an uninterrupted run submits.
+
+State: the series (on the client), the evaluations' (step, value) rows, the
+judge, the best states' futures (held while they may be restored) and how
+the loop began and ended (``outcome``, for the run report).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..compile import CompileOptions, LoopState, after_window, compile_fetch, compile_gang_window, compile_plan, \
+    compile_window
+from ..compile.records import CompiledWindow, Located
+from ..ops.training import evaluation_steps
+from ..plan.records import Plan
+from ..spec.records import Loop
+from .checkpointing import CheckpointWriter
+from .stopping import Judge
+from .submitter import Submitter
+
+
+class Driver(Protocol):
+    """What a loop needs of the staged run driving it."""
+
+    plan: Plan
+    options: CompileOptions
+    submitter: Submitter
+    held: dict[str, Any]
+    known: dict[str, Located]
+    done: dict[str, Located]
+    sinks: list[Any]
+    checkpoints: CheckpointWriter | None
+
+    def collect(self, loop: Loop, series: dict[str, list[Any]], window: CompiledWindow,
+                futures: dict[str, Any], extra: str = "") -> None: ...
+
+    def prepare_gang(self, loop: Loop, state: LoopState, offset: int) -> LoopState: ...
+
+    def echo(self, text: str) -> None: ...
+
+
+@dataclass
+class _Submitted:
+    window: CompiledWindow
+    futures: dict[str, Any]
+    state: LoopState  # the loop's state after this window
+    stop: int  # the window's last step + 1
+    evaluation: tuple[dict[str, str], dict[str, Any]] | None  # its output keys and futures
+
+
+@dataclass
+class TrainingLoop:
+    driver: Driver
+    loop: Loop
+    offset: int
+    gang: bool
+    series: dict[str, list[Any]]
+    evaluations: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    judge: Judge | None = None
+    best: LoopState | None = None
+    outcome: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        evaluation = self.loop.evaluation
+        self.evaluations = {name: [] for name, _ in evaluation.metrics} if evaluation else {}
+        self.judge = Judge(self.loop.stopping) if self.loop.stopping else None
+        self.points = set(evaluation_steps(self.loop.steps, evaluation.every)) if evaluation else set()
+        self.outcome = {"resumed_from_step": 0, "stopped_at_step": self.loop.steps, "stop_reason": "steps"}
+
+    def run(self, state: LoopState) -> LoopState:
+        state, begin = self.resume(state)
+        if self.gang:
+            state = self.driver.prepare_gang(self.loop, state, self.offset)
+        starts = [s for s in self.loop.window_starts() if s > begin]
+        starts.insert(0, begin)
+        in_flight: _Submitted | None = None
+        for i, start in enumerate(starts):
+            stop = starts[i + 1] if i + 1 < len(starts) else self.loop.steps
+            current = self.submit(state, start, stop, first=start == begin)
+            state = current.state
+            if in_flight is not None and self.read(in_flight):
+                return self.finish(in_flight)
+            in_flight = current
+        assert in_flight is not None
+        self.read(in_flight)
+        return self.finish(in_flight)
+
+    def submit(self, state: LoopState, start: int, stop: int, first: bool) -> _Submitted:
+        d, loop = self.driver, self.loop
+        window = compile_gang_window(d.plan, loop, start, state, d.options, self.offset, stop, first) if self.gang \
+            else compile_window(d.plan, loop, start, state, d.options, self.offset, stop)
+        wanted = [c.key for c in window.carried.values()] + [k for keys in window.metric_keys for k in keys] + \
+            list(window.sink_keys) + list(window.persistent_moves.values())
+        futures = d.submitter.submit(window.graph, wanted)
+        d.held.update({key: futures[key] for key in window.persistent_moves.values()})
+        after = after_window(state, window)
+        return _Submitted(window, futures, after, stop, self.evaluate(after, stop))
+
+    def evaluate(self, state: LoopState, stop: int) -> tuple[dict[str, str], dict[str, Any]] | None:
+        """Submit the evaluation of the states after step ``stop`` (when it is an evaluation step)."""
+        evaluation, d = self.loop.evaluation, self.driver
+        if evaluation is None or stop not in self.points:
+            return None
+        known = {**d.known, **{var.placeholder: state.carried[var.name] for var in self.loop.state}}
+        compiled = compile_plan(d.plan, d.options, only=evaluation.body, known=known, known_done=d.done,
+                                outputs=[str(ref) for _, ref in evaluation.metrics], step=self.offset + stop)
+        futures = d.submitter.submit(compiled, list(compiled.output_keys.values()))
+        d.sinks += [futures[k] for k in compiled.sink_keys]
+        return dict(compiled.output_keys), futures
+
+    def read(self, sub: _Submitted) -> bool:
+        """Read a window (and its evaluation); True when the loop stops at its last step."""
+        values = self.driver.submitter.gather(*sub.evaluation) if sub.evaluation else {}
+        scores = {}
+        for name, ref in self.loop.evaluation.metrics if self.loop.evaluation and sub.evaluation else ():
+            scores[name] = float(np.asarray(values[str(ref)]))
+            self.evaluations[name].append((sub.stop, scores[name]))
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in scores.items())
+        self.driver.collect(self.loop, self.series, sub.window, sub.futures, shown)
+        reason = None
+        if self.judge is not None and scores:
+            for name in self.series:  # a step metric watched by a rule: its value at the evaluation step
+                scores.setdefault(name, float(np.asarray(self.series[name][-1])))
+            reason = self.judge.judge(sub.stop, scores)
+            if self.judge.improved and any(rule.restore_best for rule in self.loop.stopping):
+                self.best = sub.state
+                self.driver.held.update({c.key: sub.futures[c.key] for c in sub.state.carried.values()})
+        if reason is not None:
+            self.outcome.update(stopped_at_step=sub.stop, stop_reason=reason)
+            return True
+        checkpoint = self.loop.checkpoint
+        if checkpoint is not None and sub.stop % checkpoint.every == 0 and sub.stop < self.loop.steps:
+            self.save(sub)
+        return False
+
+    def finish(self, last: _Submitted) -> LoopState:
+        """The loop's final state: its last window's (or, with ``restore_best``, the best evaluation's)."""
+        state = last.state
+        self.driver.held.update({c.key: last.futures[c.key] for c in state.carried.values()})
+        if self.best is not None:
+            state = replace(state, carried=self.best.carried)
+        steps = self.outcome["stopped_at_step"]
+        for name in self.series:  # a window submitted after the stop ran ahead: its steps are not the loop's
+            del self.series[name][steps:]
+        if self.outcome["stop_reason"] != "steps":
+            self.driver.submitter.loop_progress(self.loop.name, steps, self.loop.steps,
+                                                f"stopped ({self.outcome['stop_reason']})")
+        return state
+
+    def resume(self, state: LoopState) -> tuple[LoopState, int]:
+        """With --resume and a checkpoint: its states where the loop starts them, its series, its step."""
+        d, loop = self.driver, self.loop
+        saved = d.checkpoints.latest(loop) if d.checkpoints is not None else None
+        if saved is None:
+            return state, 0
+        carried = {}
+        for var, value in zip(loop.state, saved.states):
+            device = d.plan.placement(var.placeholder).device
+            future = d.submitter.scatter(value, device)
+            d.held[future.key] = future
+            carried[var.name] = Located(future.key, device)
+        for name in self.series:
+            self.series[name] = list(np.asarray(saved.series.get(name, np.zeros(0))))
+        for name in self.evaluations:
+            rows = np.asarray(saved.evaluations.get(name, np.zeros((0, 2)))).reshape(-1, 2)
+            self.evaluations[name] = [(int(step), float(value)) for step, value in rows]
+        if self.judge is not None:
+            self.judge.restore(saved.stopping)
+        self.outcome["resumed_from_step"] = saved.step
+        d.echo(f"loop '{loop.name}' resumes from its checkpoint at step {saved.step} ({saved.path})")
+        return LoopState(carried, state.known, state.outer_moves), saved.step
+
+    def save(self, sub: _Submitted) -> None:
+        """Hand the checkpoint at ``sub.stop`` to the writer: the states fetched from where they live."""
+        d, loop = self.driver, self.loop
+        if d.checkpoints is None or not d.checkpoints.usable(loop):
+            return  # (said once, when the loop began)
+        values = {f"{loop.name}.{var.name}": sub.state.carried[var.name] for var in loop.state}
+        fetch = compile_fetch(d.plan, values, d.options)
+        if fetch is not None:
+            got = d.submitter.submit(fetch, list(fetch.output_keys.values()))
+            states = [got[fetch.output_keys[text]] for text in values]
+        else:
+            states = [sub.futures[located.key] for located in values.values()]
+        series = {name: np.stack([np.asarray(v) for v in values_]) if values_ else np.zeros(0)
+                  for name, values_ in self.series.items()}
+        evaluations = {name: np.asarray(rows, dtype=float).reshape(-1, 2) for name, rows in self.evaluations.items()}
+        d.checkpoints.save_later(loop, sub.stop, states, series, evaluations,
+                                 self.judge.state() if self.judge is not None else {})
+
+    def tables(self) -> dict[str, np.ndarray]:
+        """Each evaluation metric as (step, value) rows: ``LOOP.metric``."""
+        return {f"{self.loop.name}.{name}": np.asarray(rows, dtype=float).reshape(-1, 2)
+                for name, rows in self.evaluations.items()}
