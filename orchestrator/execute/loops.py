@@ -42,7 +42,7 @@ from .caching import CacheUse
 from .checkpointing import CheckpointWriter
 from .training import TrainingLoop
 from .submitter import Submitter
-from .outputs import metric_value
+from .outputs import MetricFiles, metric_value
 
 
 def _writes_files(plan: Plan, name: str) -> bool:
@@ -81,6 +81,7 @@ class StagedRun:
     output_ops: set[str] = field(default_factory=set)
     cache: CacheUse | None = None
     checkpoints: CheckpointWriter | None = None
+    metric_files: MetricFiles | None = None  # metric CSVs written as windows are read
     say: Callable[[str], None] | None = None  # the run's echo (resumed loops, checkpoints not used)
     outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)  # loop -> how it began and ended
 

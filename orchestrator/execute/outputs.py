@@ -108,3 +108,33 @@ def write_outputs(spec: Spec, values: Mapping[str, Any], output_dir: str,
     for _, written in temps:
         echo(f"wrote {os.path.relpath(written)}")
     return tuple(written for _, written in temps)
+
+
+class MetricFiles:
+    """A loop's metric outputs in CSV, written as its windows are read: a stopped run keeps what it computed.
+
+    The exception to all-or-nothing outputs, as the training-loops issue asks: the first window read in a
+    run writes the file whole (atomically, with the rows a resumed loop starts from), each later window
+    appends its rows, and the run's end writes the same bytes again with the others (``np.savetxt`` writes
+    a row per line, so the appended rows are those it would write at once).
+    """
+
+    def __init__(self, spec: Spec, output_dir: str):
+        self.spec, self.output_dir = spec, output_dir
+        self.rows: dict[str, int] = {}  # path -> rows written so far in this run
+
+    def update(self, export: str, rows: np.ndarray) -> None:
+        for out in self.spec.outputs:
+            chosen = formats.chosen(out.target)
+            if str(out.ref) != export or out.target == "-" or chosen is None or chosen.name != "csv":
+                continue
+            path = resolve_output(out.target, self.output_dir, self.spec.run.allow_absolute_paths)
+            done = self.rows.get(path)
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            if done is None:
+                with atomic_open(path, "wb") as handle:
+                    formats.write_array(handle, path, rows)
+            elif len(rows) > done:
+                with open(path, "ab") as handle:
+                    formats.write_array(handle, path, rows[done:])
+            self.rows[path] = len(rows)

@@ -48,7 +48,7 @@ from .progress import LoopProgress
 from .cluster import dask_settings, device_configs, scheduler_config
 from .connect import choose_backend, connect, cuda_counter, prestart, wait_for_devices
 from .loops import StagedRun
-from .outputs import refuse_overwrites, write_outputs
+from .outputs import MetricFiles, refuse_overwrites, write_outputs
 from .accounting import device_records, op_records, verify
 from .watch import SchedulerWatch, tell_workers
 from .steps import step_pictures
@@ -217,6 +217,8 @@ class Runner:
         """The values of a staged run (compiling and submitting window by window); says how each loop ran."""
         staged.checkpoints = writer_for(self.plan, self.settings, self.cache.keys if self.cache else None, self.echo)
         staged.say = self.echo
+        if self.settings.write_outputs:
+            staged.metric_files = MetricFiles(self.spec, self.output_dir)
         with self.phase("compute"):
             try:
                 values = staged.run()

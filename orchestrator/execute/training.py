@@ -34,6 +34,7 @@ from ..ops.training import evaluation_steps
 from ..plan.records import Plan
 from ..spec.records import Loop
 from .checkpointing import CheckpointWriter
+from .outputs import MetricFiles
 from .stopping import Judge
 from .submitter import Submitter
 
@@ -49,6 +50,7 @@ class Driver(Protocol):
     done: dict[str, Located]
     sinks: list[Any]
     checkpoints: CheckpointWriter | None
+    metric_files: MetricFiles | None
 
     def collect(self, loop: Loop, series: dict[str, list[Any]], window: CompiledWindow,
                 futures: dict[str, Any], extra: str = "") -> None: ...
@@ -136,6 +138,7 @@ class TrainingLoop:
             self.evaluations[name].append((sub.stop, scores[name]))
         shown = ", ".join(f"{k} {v:.4g}" for k, v in scores.items())
         self.driver.collect(self.loop, self.series, sub.window, sub.futures, shown)
+        self.write_metrics()
         reason = None
         if self.judge is not None and scores:
             for name in self.series:  # a step metric watched by a rule: its value at the evaluation step
@@ -206,6 +209,17 @@ class TrainingLoop:
         evaluations = {name: np.asarray(rows, dtype=float).reshape(-1, 2) for name, rows in self.evaluations.items()}
         d.checkpoints.save_later(loop, sub.stop, states, series, evaluations,
                                  self.judge.state() if self.judge is not None else {})
+
+    def write_metrics(self) -> None:
+        """The metric CSVs so far (a stopped run keeps what it computed); not past a stop, which ``finish`` cuts."""
+        files = self.driver.metric_files
+        if files is None:
+            return
+        for name, values in self.series.items():
+            if values:
+                files.update(f"{self.loop.name}.{name}", np.stack([np.asarray(v) for v in values]))
+        for export, rows in self.tables().items():
+            files.update(export, rows)
 
     def tables(self) -> dict[str, np.ndarray]:
         """Each evaluation metric as (step, value) rows: ``LOOP.metric``."""
