@@ -151,7 +151,8 @@ class RunReport:
     unverified: tuple[str, ...] = ()  # ops whose record died with a restarted worker
     phases_seconds: Mapping[str, float] = field(default_factory=dict)
     granularity: str = "partition"
-    # loop -> {"mode": how its windows ran and why, "resumed_from_step", "stopped_at_step", "stop_reason"}
+    # loop -> {"mode": how its windows ran and why, "resumed_from_step", "stopped_at_step", "stop_reason",
+    #          "steps_run": by this run}
     loops: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     transfers: tuple[TransferRecord, ...] = ()
     params: tuple[Param, ...] = ()

@@ -86,7 +86,8 @@ class TrainingLoop:
         self.evaluations = {name: [] for name, _ in evaluation.metrics} if evaluation else {}
         self.judge = Judge(self.loop.stopping) if self.loop.stopping else None
         self.points = set(evaluation_steps(self.loop.steps, evaluation.every)) if evaluation else set()
-        self.outcome = {"resumed_from_step": 0, "stopped_at_step": self.loop.steps, "stop_reason": "steps"}
+        self.outcome = {"resumed_from_step": 0, "stopped_at_step": self.loop.steps, "stop_reason": "steps",
+                        "steps_run": self.loop.steps}
 
     def run(self, state: LoopState) -> LoopState:
         state, begin = self.resume(state)
@@ -162,6 +163,7 @@ class TrainingLoop:
         if self.best is not None:
             state = replace(state, carried=self.best.carried)
         steps = self.outcome["stopped_at_step"]
+        self.outcome["steps_run"] = steps - self.outcome["resumed_from_step"]  # by this run (fewer when resumed)
         for name in self.series:  # a window submitted after the stop ran ahead: its steps are not the loop's
             del self.series[name][steps:]
         if self.outcome["stop_reason"] != "steps":
