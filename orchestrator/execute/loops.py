@@ -268,10 +268,12 @@ class StagedRun:
 
     def run_steps(self, loop: Loop, state: LoopState, offset: int, series: dict[str, list[Any]]) -> LoopState:
         """A loop holding loops: each step runs its body's ops and inner loops as stages of their own."""
+        training = TrainingLoop(self, loop, offset, False, series)  # its checkpoints: saved, resumed from
+        state, begin = training.resume(state)
         carried = dict(state.carried)
         placeholders = {var.placeholder: var for var in loop.state}
         scope = {o.name for o in self.plan.spec.ops if o.name.startswith(loop.name + "/")}  # with inner loops
-        for step in range(loop.steps):
+        for step in range(begin, loop.steps):
             before = set(self.held)
             # every op of the body runs again this step: forget where last step's values were
             self.known_ops -= scope
@@ -290,6 +292,9 @@ class StagedRun:
             for key in set(self.held) - before - keep:  # this step's values: done with, but for the state
                 del self.held[key]
             self.submitter.loop_progress(loop.name, step + 1, loop.steps)
+            if loop.checkpoint is not None and (step + 1) % loop.checkpoint.every == 0 and step + 1 < loop.steps:
+                training.save(step + 1, carried, self.held)
+        self.outcomes[loop.name] = {**training.outcome, "steps_run": loop.steps - begin}
         return LoopState(carried, state.known, state.outer_moves)
 
     def fetch(self, refs: list[str]) -> list[Any]:

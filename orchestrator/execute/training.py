@@ -23,7 +23,7 @@ the loop began and ended (``outcome``, for the run report).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 import numpy as np
 
@@ -153,7 +153,7 @@ class TrainingLoop:
             return True
         checkpoint = self.loop.checkpoint
         if checkpoint is not None and sub.stop % checkpoint.every == 0 and sub.stop < self.loop.steps:
-            self.save(sub)
+            self.save(sub.stop, sub.state.carried, sub.futures)
         return False
 
     def finish(self, last: _Submitted) -> LoopState:
@@ -194,22 +194,22 @@ class TrainingLoop:
         d.echo(f"loop '{loop.name}' resumes from its checkpoint at step {saved.step} ({saved.path})")
         return LoopState(carried, state.known, state.outer_moves), saved.step
 
-    def save(self, sub: _Submitted) -> None:
-        """Hand the checkpoint at ``sub.stop`` to the writer: the states fetched from where they live."""
+    def save(self, step: int, carried: Mapping[str, Located], futures: Mapping[str, Any]) -> None:
+        """Hand the checkpoint at ``step`` to the writer: the states fetched from where they live."""
         d, loop = self.driver, self.loop
         if d.checkpoints is None or not d.checkpoints.usable(loop):
             return  # (said once, when the loop began)
-        values = {f"{loop.name}.{var.name}": sub.state.carried[var.name] for var in loop.state}
+        values = {f"{loop.name}.{var.name}": carried[var.name] for var in loop.state}
         fetch = compile_fetch(d.plan, values, d.options)
         if fetch is not None:
             got = d.submitter.submit(fetch, list(fetch.output_keys.values()))
             states = [got[fetch.output_keys[text]] for text in values]
         else:
-            states = [sub.futures[located.key] for located in values.values()]
+            states = [futures[located.key] for located in values.values()]
         series = {name: np.stack([np.asarray(v) for v in values_]) if values_ else np.zeros(0)
                   for name, values_ in self.series.items()}
         evaluations = {name: np.asarray(rows, dtype=float).reshape(-1, 2) for name, rows in self.evaluations.items()}
-        d.checkpoints.save_later(loop, sub.stop, states, series, evaluations,
+        d.checkpoints.save_later(loop, step, states, series, evaluations,
                                  self.judge.state() if self.judge is not None else {})
 
     def write_metrics(self) -> None:

@@ -99,10 +99,10 @@ def _batched_steps(c: Checker, loop: Loop, values: Values) -> int:
 def _check_training(c: Checker, loop: Loop, loops: Sequence[Loop]) -> None:
     inner = any(loop.name.startswith(other.name + "/") for other in loops if other is not loop)
     holds = any(other.name.startswith(loop.name + "/") for other in loops if other is not loop)
-    if holds and (loop.checkpoint or loop.evaluation or loop.stopping):
+    if holds and (loop.evaluation or loop.stopping):
         c.error("loop-training", loop.path, f"'{loop.name}' holds another loop and runs step by step: "
-                "checkpoints, evaluations and stopping are not supported on such a loop yet",
-                "put them on a loop of ops only (the inner loop, made the outermost one)")
+                "evaluations and stopping are not supported on such a loop yet (checkpoints are)",
+                "evaluate in a loop of ops only (the inner loop, made the outermost one)")
         return
     for field, present in (("checkpoint", loop.checkpoint), ("evaluate", loop.evaluation),
                            ("early_stop", any(r.patience is not None for r in loop.stopping)),
