@@ -1,0 +1,287 @@
+"""Training loops (issue 20): checkpoints and --resume, evaluations, early stopping, stop_when, minibatches.
+
+Everything is real: specs written as YAML files, embedded Dask clusters on
+loopback, ``orchestrate run`` subprocesses stopped with SIGTERM, a worker
+killed with SIGKILL by the op it runs. Values are compared with plain NumPy
+computing the same steps (a linear regression by gradient descent), and
+early stopping with a small transcription of Keras 3's
+``EarlyStopping.on_epoch_end`` run over the evaluation values the run
+itself reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from orchestrator import run_file
+from orchestrator.errors import RunError
+
+pytestmark = pytest.mark.cluster
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+# The user functions of every spec here (written beside it as fns_<tag>.py: one module name per test).
+FNS = '''
+import os, signal, time
+import numpy as np
+
+TABLE = {table}
+
+def data(xp, n=100, seed=0):
+    return xp.asarray(np.random.default_rng(seed).normal(size=(n, 3)))
+
+def target(x, xp):
+    return x @ xp.asarray([1.0, -2.0, 0.5]) + 0.3
+
+def grad_step(w, x, y, xp, lr=0.1, nap=0.0):
+    if nap:
+        time.sleep(nap)
+    err = x @ w - y
+    return w - lr * (x.T @ err) / x.shape[0]
+
+def mse(w, x, y, xp):
+    err = x @ w - y
+    return xp.mean(err * err)
+
+def grad(w, x, y, xp):
+    err = x @ w - y
+    return (x.T @ err) / x.shape[0]
+
+def apply(w, g, xp, lr=0.1):
+    return w - lr * g
+
+def score(t, xp):
+    # an evaluation value chosen per step (TABLE[k] after step 2(k+1)): ties, small gains, late gains
+    return xp.asarray(TABLE[int(t) // 2 - 1])
+
+def dies(w, xp, counter="", at=30):
+    n = int(open(counter).read()) if os.path.exists(counter) else 0
+    with open(counter, "w") as f:
+        f.write(str(n + 1))
+    if n + 1 == at:
+        with open(counter + ".killed", "w") as f:
+            f.write(repr(time.time()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    return w
+'''
+
+# evaluation k (after step 2(k+1)) of the early-stopping specs
+TABLE = [1.0, 0.8, 0.8, 0.7995, 0.6, 0.65, 0.6, 0.5995, 0.61, 0.3, 0.35, 0.3, 0.31, 0.32, 0.33, 0.34]
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def write_spec(tmp_path: Path, tag: str, text: str) -> Path:
+    (tmp_path / f"fns_{tag}.py").write_text(FNS.format(table=TABLE))
+    spec = tmp_path / f"{tag}.yaml"
+    spec.write_text(textwrap.dedent(text).replace("FNS", f"fns_{tag}"))
+    return spec
+
+
+# ------------------------------------------------------------------- NumPy references
+
+
+def data(n: int = 100, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(n, 3))
+
+
+def target(x: np.ndarray) -> np.ndarray:
+    return x @ np.asarray([1.0, -2.0, 0.5]) + 0.3
+
+
+def mse(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
+    err = x @ w - y
+    return float(np.mean(err * err))
+
+
+def grad_step(w: np.ndarray, x: np.ndarray, y: np.ndarray, lr: float = 0.1) -> np.ndarray:
+    return w - lr * (x.T @ (x @ w - y)) / x.shape[0]
+
+
+def batch_rows(step: int, n: int, size: int, seed: int, shuffle: bool = True, drop: bool = False) -> np.ndarray:
+    """Step ``step``'s rows: batch s mod b of epoch s div b, epoch e ordered by default_rng([seed, e])."""
+    per_epoch = n // size if drop else -(-n // size)
+    epoch, index = divmod(step, per_epoch)
+    order = np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
+    return order[index * size:min((index + 1) * size, n)]
+
+
+def reference_minibatch(steps: int, n: int, size: int, seed: int, shuffle: bool = True, drop: bool = False,
+                        lr: float = 0.1) -> tuple[np.ndarray, list[float]]:
+    """The final w and the per-step loss (of w before the step, on the step's batch)."""
+    x_all, w, losses = data(n), np.zeros(3), []
+    y_all = target(x_all)
+    for s in range(steps):
+        rows = batch_rows(s, n, size, seed, shuffle, drop)
+        losses.append(mse(w, x_all[rows], y_all[rows]))
+        w = grad_step(w, x_all[rows], y_all[rows], lr)
+    return w, losses
+
+
+def keras_early_stopping(values: list[float], *, patience: int, min_delta: float = 0.0, mode: str = "min",
+                         baseline: float | None = None, start_from: int = 0,
+                         tie_is_gain: bool = False) -> tuple[int | None, int | None]:
+    """Keras 3's EarlyStopping.on_epoch_end over ``values`` (one per epoch): (stopped epoch or None, best epoch).
+
+    Transcribed from keras/src/callbacks/early_stopping.py: best starts as None (any first value improves),
+    ``_is_improvement`` is ``monitor_op(value - min_delta, reference)`` with min_delta negated for ``min``.
+    """
+    better = (lambda a, b: a < b or (tie_is_gain and a == b)) if mode == "min" else (lambda a, b: a > b)
+    delta = -min_delta if mode == "min" else min_delta
+
+    def is_improvement(value: float, reference: float | None) -> bool:
+        return reference is None or better(value - delta, reference)
+
+    best, best_epoch, wait = None, None, 0
+    for epoch, current in enumerate(values):
+        if epoch < start_from:
+            continue
+        wait += 1
+        if is_improvement(current, best):
+            best, best_epoch = current, epoch
+            if baseline is None or is_improvement(current, baseline):
+                wait = 0
+            continue
+        if wait >= patience and epoch > 0:
+            return epoch, best_epoch
+    return None, best_epoch
+
+
+def read_csv(path: Path) -> np.ndarray:
+    return np.loadtxt(path, delimiter=",", ndmin=1)
+
+
+# ------------------------------------------------------------------- early stopping and stop_when
+
+STOPPING_LOOP = """\
+  - name: {name}
+    iterate:
+      steps: 32
+      window: 4
+      state: {{w: w0, t: t0}}
+      body:
+        - {{name: loss, op: call, fn: "FNS:mse", inputs: [w, X, Y], output: {{shape: []}}}}
+        - {{name: w1, op: call, fn: "FNS:grad_step", inputs: [w, X, Y], output: {{shape: [3]}}}}
+        - {{name: t1, op: add, inputs: [t], scalar: 1.0}}
+      update: {{w: w1, t: t1}}
+      metrics: {{loss: loss}}
+      evaluate:
+        every: 2
+        body:
+          - {{name: s, op: call, fn: "FNS:score", inputs: [t], output: {{shape: []}}}}
+          - {{name: v, op: call, fn: "FNS:mse", inputs: [w, Xv, Yv], output: {{shape: []}}}}
+        metrics: {{val: s, vloss: v}}
+      {rule}
+"""
+
+STOPPING_RULES = {
+    "plain": "early_stop: {metric: val, patience: 3, min_delta: 0.001, restore_best: true}",
+    "base": "early_stop: {metric: val, patience: 3, min_delta: 0.001, baseline: 0.7}",
+    "late": "early_stop: {metric: val, patience: 3, min_delta: 0.001, start_from: 5}",
+    "nodelta": "early_stop: {metric: val, patience: 3}",
+    "cond": "stop_when: {metric: val, below: 0.62}",
+}
+
+
+@pytest.fixture(scope="module")
+def stopping(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    """One run of four loops, each with its own rule, over the same evaluation values."""
+    tmp_path = tmp_path_factory.mktemp("stopping")
+    loops = "".join(STOPPING_LOOP.format(name=name, rule=rule) for name, rule in STOPPING_RULES.items())
+    outputs = "".join(f"  {n}.w: {n}_w.npy\n  {n}.loss: {n}_loss.csv\n  {n}.val: {n}_val.csv\n"
+                      f"  {n}.vloss: {n}_vloss.csv\n" for n in STOPPING_RULES)
+    spec = write_spec(tmp_path, "stop", "version: 1\nname: stop\ngraph:\n"
+                      "  - {name: X, op: call, fn: \"FNS:data\", params: {n: 60}, output: {shape: [60, 3]}}\n"
+                      "  - {name: Y, op: call, fn: \"FNS:target\", inputs: [X], output: {shape: [60]}}\n"
+                      "  - {name: Xv, op: call, fn: \"FNS:data\", params: {n: 20, seed: 1}, output: {shape: [20, 3]}}\n"
+                      "  - {name: Yv, op: call, fn: \"FNS:target\", inputs: [Xv], output: {shape: [20]}}\n"
+                      "  - {name: w0, op: variable, shape: [3], init: zeros}\n"
+                      "  - {name: t0, op: variable, shape: [], init: zeros}\n"
+                      + loops + "outputs:\n" + outputs)
+    result = run_file(spec, echo=quiet, report_path=str(tmp_path / "r.json"))
+    return tmp_path, result
+
+
+def full_batch_reference(steps: int) -> tuple[list[np.ndarray], list[float], list[float]]:
+    """w after each step 0..steps, the loss before each step, the validation loss after each step (index = step)."""
+    x, xv = data(60), data(20, seed=1)
+    y, yv = target(x), target(xv)
+    ws, losses = [np.zeros(3)], []
+    for _ in range(steps):
+        losses.append(mse(ws[-1], x, y))
+        ws.append(grad_step(ws[-1], x, y))
+    return ws, losses, [mse(w, xv, yv) for w in ws]
+
+
+@pytest.mark.parametrize("name, rule", [
+    ("plain", {}),
+    ("nodelta", {"min_delta": 0.0}),
+    ("base", {"baseline": 0.7}),
+    ("late", {"start_from": 5}),
+])
+def test_early_stopping_stops_where_keras_would(stopping: tuple[Path, Any], name: str, rule: dict[str, Any]) -> None:
+    out, result = stopping
+    report = json.loads((out / "r.json").read_text())
+    val = read_csv(out / f"{name}_val.csv").reshape(-1, 2)
+    vloss = read_csv(out / f"{name}_vloss.csv").reshape(-1, 2)
+    loss = read_csv(out / f"{name}_loss.csv")
+    # the evaluation values the run reports are what NumPy computes (every 2 steps: the table, the val. loss)
+    ws, losses, vlosses = full_batch_reference(32)
+    steps = [int(s) for s in val[:, 0]]
+    assert steps == list(range(2, 2 * len(steps) + 1, 2))
+    assert val[:, 1].tolist() == TABLE[:len(steps)]
+    assert vloss[:, 0].tolist() == val[:, 0].tolist()
+    np.testing.assert_allclose(vloss[:, 1], [vlosses[s] for s in steps], rtol=1e-12)
+    # Keras, evaluation by evaluation, over the full table: where it stops, and the run stops there
+    stopped, best = keras_early_stopping(TABLE, patience=3, **{"min_delta": 0.001, **rule})
+    assert stopped is not None
+    expected_step = 2 * (stopped + 1)
+    assert steps[-1] == expected_step, (name, steps)
+    assert report["loops"][name]["stopped_at_step"] == expected_step
+    assert report["loops"][name]["stop_reason"] == "early_stop"
+    assert result.values[f"{name}.loss"].shape[0] == expected_step  # the step metric ends there too
+    assert len(loss) == expected_step
+    np.testing.assert_allclose(loss, losses[:expected_step], rtol=1e-12)
+    if name == "plain":  # restore_best: the best evaluation's state, not the last step's
+        assert best is not None and 2 * (best + 1) != expected_step
+        np.testing.assert_allclose(np.load(out / "plain_w.npy"), ws[2 * (best + 1)], rtol=1e-12)
+        assert not np.allclose(ws[2 * (best + 1)], ws[expected_step])
+    else:
+        np.testing.assert_allclose(np.load(out / f"{name}_w.npy"), ws[expected_step], rtol=1e-12)
+
+
+def test_the_rules_are_told_apart_by_the_table() -> None:
+    """The table is one where a tie counted as a gain, a min_delta ignored, no baseline or no start_from
+    would each stop elsewhere: the run's stopping steps above pin down every one of them."""
+    plain = keras_early_stopping(TABLE, patience=3, min_delta=0.001)[0]
+    nodelta = keras_early_stopping(TABLE, patience=3)[0]
+    assert nodelta != keras_early_stopping(TABLE, patience=3, tie_is_gain=True)[0]
+    assert len({plain, nodelta, keras_early_stopping(TABLE, patience=3, min_delta=0.001, baseline=0.7)[0],
+                keras_early_stopping(TABLE, patience=3, min_delta=0.001, start_from=5)[0]}) == 4
+
+
+def test_stop_when_stops_at_the_first_evaluation_below_the_bound(stopping: tuple[Path, Any]) -> None:
+    out, result = stopping
+    report = json.loads((out / "r.json").read_text())
+    first = next(k for k, v in enumerate(TABLE) if v < 0.62)
+    step = 2 * (first + 1)
+    assert report["loops"]["cond"]["stop_reason"] == "condition"
+    assert report["loops"]["cond"]["stopped_at_step"] == step
+    val = read_csv(out / "cond_val.csv").reshape(-1, 2)
+    assert val[-1].tolist() == [step, TABLE[first]] and len(val) == first + 1
+    assert len(read_csv(out / "cond_loss.csv")) == step
+    ws, _, _ = full_batch_reference(32)
+    np.testing.assert_allclose(np.load(out / "cond_w.npy"), ws[step], rtol=1e-12)
