@@ -288,3 +288,102 @@ def test_stop_when_stops_at_the_first_evaluation_below_the_bound(stopping: tuple
     assert len(read_csv(out / "cond_loss.csv")) == step
     ws, _, _ = full_batch_reference(32)
     np.testing.assert_allclose(np.load(out / "cond_w.npy"), ws[step], rtol=1e-12)
+
+
+# ------------------------------------------------------------------- minibatches
+
+BATCH_LOOP = """\
+  - name: {name}
+    iterate:
+      window: 5
+      state: {{w: w0}}
+      batches: {{data: {{x: X, y: Y}}, size: {size}, epochs: {epochs}, {extra}}}
+      body:
+        - {{name: loss, op: call, fn: "FNS:mse", inputs: [w, x, y], output: {{shape: []}}}}
+        - {{name: w1, op: call, fn: "FNS:grad_step", inputs: [w, x, y], output: {{shape: [3]}}}}
+      update: {{w: w1}}
+      metrics: {{loss: loss}}
+"""
+
+BATCHED = {  # name: (size, epochs, seed, shuffle, drop) over 100 rows
+    "keep": (32, 3, 3, True, False),   # 4 batches an epoch, the last of 4 rows: 12 steps
+    "drop": (32, 3, 3, True, True),    # 3 batches an epoch: 9 steps
+    "inorder": (30, 2, 0, False, False),  # no shuffle: 4 batches an epoch, the last of 10 rows: 8 steps
+}
+
+
+def test_minibatches_on_one_device_equal_numpy(tmp_path: Path) -> None:
+    loops = "".join(BATCH_LOOP.format(
+        name=name, size=size, epochs=epochs,
+        extra=f"seed: {seed}, shuffle: {str(shuffle).lower()}, last: {'drop' if drop else 'keep'}")
+        for name, (size, epochs, seed, shuffle, drop) in BATCHED.items())
+    spec = write_spec(tmp_path, "mb", "version: 1\nname: mb\ngraph:\n"
+                      "  - {name: X, op: call, fn: \"FNS:data\", params: {n: 100}, output: {shape: [100, 3]}}\n"
+                      "  - {name: Y, op: call, fn: \"FNS:target\", inputs: [X], output: {shape: [100]}}\n"
+                      "  - {name: w0, op: variable, shape: [3], init: zeros}\n"
+                      + loops + "outputs:\n" + "".join(f"  {n}.w: {n}_w.npy\n  {n}.loss: {n}_loss.csv\n" for n in BATCHED))
+    result = run_file(spec, echo=quiet, write_outputs=False, report_path=str(tmp_path / "r.json"))
+    report = json.loads((tmp_path / "r.json").read_text())
+    for name, (size, epochs, seed, shuffle, drop) in BATCHED.items():
+        steps = epochs * (100 // size if drop else -(-100 // size))
+        assert report["loops"][name]["stopped_at_step"] == steps, name  # steps follow from epochs
+        w, losses = reference_minibatch(steps, 100, size, seed, shuffle, drop)
+        np.testing.assert_array_equal(result.values[f"{name}.w"], w, err_msg=name)
+        np.testing.assert_array_equal(np.asarray(result.values[f"{name}.loss"], dtype=float), losses, err_msg=name)
+    # the order really is per epoch and seeded: another epoch's order, or another seed, is another result
+    assert not np.array_equal(reference_minibatch(12, 100, 32, 4)[0], result.values["keep.w"])
+    assert not np.array_equal(batch_rows(0, 100, 32, 3), batch_rows(4, 100, 32, 3))
+
+
+DATA_PARALLEL = """\
+version: 1
+name: dp
+cluster:
+  jobs:
+    ps: {tasks: 1}
+    worker: {tasks: 1, gpus: 2}
+placement:
+  default: /job:worker
+graph:
+  - {name: X, op: call, fn: "FNS:data", params: {n: 99}, output: {shape: [99, 3]}, device: /job:ps/task:0/cpu:0}
+  - {name: Y, op: call, fn: "FNS:target", inputs: [X], output: {shape: [99]}, device: /job:ps/task:0/cpu:0}
+  - {name: w0, op: variable, shape: [3], init: zeros, device: /job:ps/task:0/cpu:0}
+  - name: train
+    iterate:
+      window: 5
+      state: {w: w0}
+      batches: {data: {x: X, y: Y}, size: 32, epochs: 3, seed: 5}
+      body:
+        - name: towers
+          replicate:
+            devices: [/job:worker/gpu:0, /job:worker/gpu:1]
+            split: {x: 0, y: 0}
+            body:
+              - {name: g, op: call, fn: "FNS:grad", inputs: [w, x, y], kernels: [cpu, gpu], output: {shape: [3]}}
+            combine: {g: mean}
+            combine_device: /job:ps/task:0/cpu:0
+        - {name: w1, op: call, fn: "FNS:apply", inputs: [w, towers.g], output: {shape: [3]},
+           device: /job:ps/task:0/cpu:0}
+      update: {w: w1}
+outputs:
+  train.w: "-"
+"""
+
+
+def test_data_parallel_minibatches_with_an_uneven_last_batch_equal_one_device(tmp_path: Path) -> None:
+    """99 rows in batches of 32: each epoch's last batch has 3 rows, split 2 + 1 over the two devices;
+    the mean combine weighs the halves 2:1, so the result is single-device gradient descent."""
+    spec = write_spec(tmp_path, "dp", DATA_PARALLEL)
+    result = run_file(spec, echo=quiet, write_outputs=False, report_path=str(tmp_path / "r.json"))
+    assert json.loads((tmp_path / "r.json").read_text())["loops"]["train"]["stopped_at_step"] == 12
+    x_all = data(99)
+    y_all = target(x_all)
+    w, unweighted = np.zeros(3), np.zeros(3)
+    for s in range(12):
+        rows = batch_rows(s, 99, 32, 5)
+        w = grad_step(w, x_all[rows], y_all[rows])
+        halves = np.array_split(rows, 2)  # what an unweighted mean of the two towers would give
+        g = np.mean([(x_all[h].T @ (x_all[h] @ unweighted - y_all[h])) / len(h) for h in halves], axis=0)
+        unweighted = unweighted - 0.1 * g
+    np.testing.assert_allclose(result.values["train.w"], w, rtol=1e-12, atol=1e-15)
+    assert not np.allclose(unweighted, w, rtol=1e-6)
