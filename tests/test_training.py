@@ -387,3 +387,161 @@ def test_data_parallel_minibatches_with_an_uneven_last_batch_equal_one_device(tm
         unweighted = unweighted - 0.1 * g
     np.testing.assert_allclose(result.values["train.w"], w, rtol=1e-12, atol=1e-15)
     assert not np.allclose(unweighted, w, rtol=1e-6)
+
+
+# ------------------------------------------------------------------- checkpoints and --resume
+
+CHECKPOINTED = """\
+version: 1
+name: ck
+graph:
+  - {{name: X, op: call, fn: "FNS:data", params: {{n: 100}}, output: {{shape: [100, 3]}}}}
+  - {{name: Y, op: call, fn: "FNS:target", inputs: [X], output: {{shape: [100]}}}}
+  - {{name: Xv, op: call, fn: "FNS:data", params: {{n: 40, seed: 1}}, output: {{shape: [40, 3]}}}}
+  - {{name: Yv, op: call, fn: "FNS:target", inputs: [Xv], output: {{shape: [40]}}}}
+  - {{name: w0, op: variable, shape: [3], init: zeros}}
+  - name: train
+    iterate:
+      window: 5
+      state: {{w: w0}}
+      batches: {{data: {{x: X, y: Y}}, size: 25, epochs: {epochs}, seed: 7}}
+      body:
+        - {{name: loss, op: call, fn: "FNS:mse", inputs: [w, x, y], output: {{shape: []}}}}
+        - {{name: w1, op: call, fn: "FNS:grad_step", inputs: [w, x, y], output: {{shape: [3]}},
+           params: {{lr: {lr}, nap: {nap}}}}}
+        - {{name: w2, op: call, fn: "FNS:dies", inputs: [w1], output: {{shape: [3]}},
+           params: {{counter: "{counter}", at: {at}}}}}
+      update: {{w: w2}}
+      metrics: {{loss: loss}}
+      evaluate:
+        every: 10
+        body:
+          - {{name: v, op: call, fn: "FNS:mse", inputs: [w, Xv, Yv], output: {{shape: []}}}}
+        metrics: {{val: v}}
+      early_stop: {{metric: val, patience: 3, min_delta: 0.0}}
+      checkpoint: {{every: 10, keep: 3}}
+outputs:
+  train.w: w.npy
+  train.loss: loss.csv
+  train.val: val.csv
+"""
+
+
+def checkpointed(tmp_path: Path, *, epochs: int = 10, lr: float = 0.05, nap: float = 0.0, at: int = 0) -> Path:
+    text = CHECKPOINTED.format(epochs=epochs, lr=lr, nap=nap, counter=tmp_path / "count", at=at)
+    return write_spec(tmp_path, "ck", text)
+
+
+def checkpoint_files(spec: Path) -> list[Path]:
+    folder = spec.parent / ".orchestrate" / "cache" / "checkpoints" / "ck" / "train"
+    return sorted(folder.glob("*.npz")) if folder.is_dir() else []
+
+
+def step_of(path: Path) -> int:
+    return int(path.stem.rsplit("-", 1)[1])
+
+
+def same_files(a: Path, b: Path, names: tuple[str, ...] = ("w.npy", "loss.csv", "val.csv")) -> None:
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def _group_left(pgid: int, within: float) -> list[str]:
+    deadline = time.monotonic() + within
+    while True:
+        left = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                    left.append(proc.name)
+            except (OSError, ValueError, IndexError):
+                continue
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def test_sigterm_midway_then_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
+    spec = checkpointed(tmp_path, epochs=20, nap=0.02)  # 80 steps of 20 ms: SIGTERM lands midway
+    proc = subprocess.Popen([str(BIN / "orchestrate"), "run", str(spec), "--no-progress",
+                             "--output-dir", str(tmp_path / "killed")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path),
+                            start_new_session=True, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not checkpoint_files(spec):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no checkpoint was written"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0 and proc.returncode == 143, (proc.returncode, err)
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in out + err
+    assert _group_left(proc.pid, within=5.0) == []
+    assert not (tmp_path / "killed" / "w.npy").exists()
+    steps = [step_of(p) for p in checkpoint_files(spec)]
+    assert 0 < max(steps) < 80, steps
+
+    done = subprocess.run([str(BIN / "orchestrate"), "run", str(spec), "--no-progress", "--resume",
+                           "--report", str(tmp_path / "r.json"), "--output-dir", str(tmp_path / "resumed")],
+                          capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    loop = json.loads((tmp_path / "r.json").read_text())["loops"]["train"]
+    assert loop["resumed_from_step"] == max(steps) > 0
+    assert f"resumes from its checkpoint at step {max(steps)}" in done.stdout
+
+    run_file(spec, echo=quiet, use_cache=False, cache_dir=str(tmp_path / "elsewhere"),
+             output_dir=str(tmp_path / "whole"))
+    same_files(tmp_path / "resumed", tmp_path / "whole")
+    assert loop["stopped_at_step"] == len(read_csv(tmp_path / "whole" / "loss.csv"))
+
+
+def test_a_worker_killed_mid_loop_fails_the_run_and_resume_finishes_it(tmp_path: Path) -> None:
+    spec = checkpointed(tmp_path, epochs=15, nap=0.01, at=45)  # 60 steps; the 45th step's worker dies
+    with pytest.raises(RunError):
+        run_file(spec, echo=quiet, output_dir=str(tmp_path / "killed"))
+    assert (tmp_path / "count.killed").exists()
+    steps = [step_of(p) for p in checkpoint_files(spec)]
+    assert steps and 0 < max(steps) < 45, steps
+    said: list[str] = []
+    run_file(spec, echo=said.append, resume=True, output_dir=str(tmp_path / "resumed"),
+             report_path=str(tmp_path / "r.json"))
+    loop = json.loads((tmp_path / "r.json").read_text())["loops"]["train"]
+    assert loop["resumed_from_step"] == max(steps), said
+    run_file(spec, echo=quiet, use_cache=False, cache_dir=str(tmp_path / "elsewhere"),
+             output_dir=str(tmp_path / "whole"))
+    same_files(tmp_path / "resumed", tmp_path / "whole")
+    w, losses = reference_minibatch(len(read_csv(tmp_path / "whole" / "loss.csv")), 100, 25, 7, lr=0.05)
+    np.testing.assert_array_equal(np.load(tmp_path / "whole" / "w.npy"), w)
+
+
+def test_a_corrupted_checkpoint_is_skipped_and_another_revisions_is_not_used(tmp_path: Path) -> None:
+    spec = checkpointed(tmp_path, epochs=10)  # 40 steps: checkpoints at 10, 20 and 30
+    run_file(spec, echo=quiet, output_dir=str(tmp_path / "first"))
+    files = checkpoint_files(spec)
+    assert [step_of(p) for p in files] == [10, 20, 30]
+    newest = files[-1]
+    raw = bytearray(newest.read_bytes())
+    middle = len(raw) // 2
+    raw[middle:middle + 8] = bytes(b ^ 0xFF for b in raw[middle:middle + 8])
+    newest.write_bytes(bytes(raw))
+
+    said: list[str] = []
+    run_file(spec, echo=said.append, resume=True, output_dir=str(tmp_path / "again"),
+             report_path=str(tmp_path / "r.json"))
+    warnings = [line for line in said if line.startswith("warning:")]
+    assert any(str(newest) in line and "not used" in line for line in warnings), said
+    assert json.loads((tmp_path / "r.json").read_text())["loops"]["train"]["resumed_from_step"] == 20
+    same_files(tmp_path / "again", tmp_path / "first")
+
+    # another revision of the loop: a body param changed
+    spec.write_text(spec.read_text().replace("lr: 0.05", "lr: 0.04"))
+    said.clear()
+    run_file(spec, echo=said.append, resume=True, output_dir=str(tmp_path / "revised"),
+             report_path=str(tmp_path / "r2.json"))
+    assert json.loads((tmp_path / "r2.json").read_text())["loops"]["train"]["resumed_from_step"] == 0
+    why = [line for line in said if "starts from step 0" in line]
+    assert len(why) == 1 and "another revision" in why[0], said
+    assert "body op 'w1' changed" in why[0], why  # what changed
+    w, _ = reference_minibatch(40, 100, 25, 7, lr=0.04)
+    np.testing.assert_array_equal(np.load(tmp_path / "revised" / "w.npy"), w)
