@@ -545,3 +545,86 @@ def test_a_corrupted_checkpoint_is_skipped_and_another_revisions_is_not_used(tmp
     assert "body op 'w1' changed" in why[0], why  # what changed
     w, _ = reference_minibatch(40, 100, 25, 7, lr=0.04)
     np.testing.assert_array_equal(np.load(tmp_path / "revised" / "w.npy"), w)
+
+
+def test_the_progress_line_shows_steps_rate_and_latest_metrics(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    from orchestrator.cli import run_cli
+
+    spec = checkpointed(tmp_path, epochs=10, nap=0.005)  # 40 steps, windows of 5, evaluations every 10
+    code = run_cli(["run", str(spec), "--progress", "--no-cache", "--output-dir", str(tmp_path / "out")],
+                   out=io.StringIO())
+    assert code == 0
+    printed = capsys.readouterr().out
+    shown = [part.strip() for part in printed.replace("\n", "\r").split("\r") if part.strip().startswith("train:")]
+    assert shown, printed
+    val = read_csv(tmp_path / "out" / "val.csv").reshape(-1, 2)
+    loss = read_csv(tmp_path / "out" / "loss.csv")
+    last = shown[-1]
+    assert last.startswith("train: step 40/40, "), shown
+    assert " steps/s" in last
+    assert f"loss {loss[-1]:.4g}" in last and f"val {val[-1, 1]:.4g}" in last, last
+    steps = [int(line.split("step ", 1)[1].split("/", 1)[0]) for line in shown]
+    assert steps == sorted(steps) and len(set(steps)) > 2, shown  # one line rewritten as windows are read
+    at_20 = next(line for line in shown if line.startswith("train: step 20/40"))
+    assert f"val {val[1, 1]:.4g}" in at_20, at_20  # the evaluation of step 20 shown with that window
+
+
+# ------------------------------------------------------------------- bad input (specs/invalid/201-209)
+
+TRAINING_CORPUS = {  # file: (code, words the message or hint has)
+    "201-early-stop-metric-not-made": ("loop-stopping", "did you mean 'val_loss'?"),
+    "202-batch-larger-than-data": ("batches-size", "larger than the data (40 rows)"),
+    "203-batched-rows-differ": ("batches-rows", "'x' has 40, 'y' has 30"),
+    "204-steps-not-matching-epochs": ("batches-steps", "leave steps out"),
+    "205-stop-when-without-bound": ("loop-stopping", "give below: X or above: X"),
+    "206-early-stop-without-evaluate": ("loop-stopping", "the loop has none"),
+    "207-checkpoint-every-not-below-steps": ("loop-every", "would never be written"),
+    "208-checkpoint-on-inner-loop": ("loop-training", "belongs to the outermost loop"),
+    "209-evaluate-every-cuts-windows": ("loop-every", "the windows are cut at every evaluate step"),
+}
+
+
+@pytest.mark.parametrize("name", TRAINING_CORPUS)
+def test_bad_training_input_is_said_at_file_line_col_with_a_hint(name: str) -> None:
+    from orchestrator import check_file
+
+    path = ROOT / "specs" / "invalid" / f"{name}.yaml"
+    expect = path.read_text().splitlines()[0].removeprefix("# expect: ")
+    checked = check_file(path, display_name=f"{name}.yaml")
+    (diagnostic,) = checked.diagnostics
+    code, words = TRAINING_CORPUS[name]
+    assert diagnostic.code == code
+    assert diagnostic.hint.strip()
+    assert words in diagnostic.render()
+    assert diagnostic.render() == f"{name}.yaml:{expect}"
+    assert diagnostic.is_error == (name != "209-evaluate-every-cuts-windows")
+
+
+def test_an_every_that_does_not_divide_the_window_cuts_the_windows(tmp_path: Path) -> None:
+    """The warning's claim, run: evaluations every 3 steps in windows of 5 see every 3rd step's states."""
+    spec = write_spec(tmp_path, "cut", """\
+        version: 1
+        graph:
+          - {name: w0, op: zeros, shape: []}
+          - name: train
+            iterate:
+              steps: 20
+              window: 5
+              state: {w: w0}
+              body:
+                - {name: w1, op: add, inputs: [w], scalar: 1}
+              update: {w: w1}
+              evaluate:
+                every: 3
+                body:
+                  - {name: v, op: mul, inputs: [w], scalar: 1.0}
+                metrics: {seen: v}
+        outputs: {train.seen: seen.csv}
+        """)
+    run_file(spec, echo=quiet)
+    seen = read_csv(tmp_path / "seen.csv").reshape(-1, 2)
+    assert seen[:, 0].tolist() == [3, 6, 9, 12, 15, 18, 20]
+    assert seen[:, 1].tolist() == seen[:, 0].tolist()  # the state after that step
