@@ -59,16 +59,21 @@ def main() -> None:
 def _leave(code: int) -> NoReturn:
     """Exit with ``code`` as Python would, but for tearing the interpreter down.
 
-    What an exit must do is done: threads that are not daemons are waited for,
-    then the exit hooks run (logging flushes its handlers, multiprocessing
-    removes its temporary files); then the standard streams are flushed and
-    the process ends. A stop signal now has nothing left to stop.
+    What an exit must do is done, in Python's own order: threads that are not
+    daemons are waited for (idle thread pools told to stop first), then the
+    exit hooks run (logging flushes its handlers, multiprocessing removes its
+    temporary files); then the standard streams are flushed and the process
+    ends. A stop signal now has nothing left to stop.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    shutdown = getattr(threading, "_shutdown", None)  # what the interpreter calls first as it finalizes
+    if shutdown is not None:
+        shutdown()
+    else:
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
