@@ -63,10 +63,11 @@ def _leave(code: int) -> NoReturn:
     daemons are waited for (idle thread pools told to stop first), then the
     exit hooks run (logging flushes its handlers, multiprocessing removes its
     temporary files); then the standard streams are flushed and the process
-    ends. A stop signal now has nothing left to stop.
+    ends. A stop signal now ends it at once, without a word: there is nothing
+    left to unwind (and a thread that never ends must not make it unstoppable).
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     shutdown = getattr(threading, "_shutdown", None)  # what the interpreter calls first as it finalizes
     if shutdown is not None:
         shutdown()
