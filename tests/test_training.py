@@ -183,7 +183,8 @@ STOPPING_LOOP = """\
         body:
           - {{name: s, op: call, fn: "FNS:score", inputs: [t], output: {{shape: []}}}}
           - {{name: v, op: call, fn: "FNS:mse", inputs: [w, Xv, Yv], output: {{shape: []}}}}
-        metrics: {{val: s, vloss: v}}
+          - {{name: n, op: mul, inputs: [s], scalar: -1.0}}
+        metrics: {{val: s, vloss: v, nval: n}}
       {rule}
 """
 
@@ -192,8 +193,20 @@ STOPPING_RULES = {
     "base": "early_stop: {metric: val, patience: 3, min_delta: 0.001, baseline: 0.7}",
     "late": "early_stop: {metric: val, patience: 3, min_delta: 0.001, start_from: 5}",
     "nodelta": "early_stop: {metric: val, patience: 3}",
+    "maxed": "early_stop: {metric: nval, mode: max, patience: 3, min_delta: 0.001}",  # the table negated
     "cond": "stop_when: {metric: val, below: 0.62}",
 }
+
+
+def stopping_spec(tmp_path: Path, tag: str, loops: str, outputs: str) -> Path:
+    return write_spec(tmp_path, tag, f"version: 1\nname: {tag}\ngraph:\n"
+                      "  - {name: X, op: call, fn: \"FNS:data\", params: {n: 60}, output: {shape: [60, 3]}}\n"
+                      "  - {name: Y, op: call, fn: \"FNS:target\", inputs: [X], output: {shape: [60]}}\n"
+                      "  - {name: Xv, op: call, fn: \"FNS:data\", params: {n: 20, seed: 1}, output: {shape: [20, 3]}}\n"
+                      "  - {name: Yv, op: call, fn: \"FNS:target\", inputs: [Xv], output: {shape: [20]}}\n"
+                      "  - {name: w0, op: variable, shape: [3], init: zeros}\n"
+                      "  - {name: t0, op: variable, shape: [], init: zeros}\n"
+                      + loops + "outputs:\n" + outputs)
 
 
 @pytest.fixture(scope="module")
@@ -203,14 +216,7 @@ def stopping(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     loops = "".join(STOPPING_LOOP.format(name=name, rule=rule) for name, rule in STOPPING_RULES.items())
     outputs = "".join(f"  {n}.w: {n}_w.npy\n  {n}.loss: {n}_loss.csv\n  {n}.val: {n}_val.csv\n"
                       f"  {n}.vloss: {n}_vloss.csv\n" for n in STOPPING_RULES)
-    spec = write_spec(tmp_path, "stop", "version: 1\nname: stop\ngraph:\n"
-                      "  - {name: X, op: call, fn: \"FNS:data\", params: {n: 60}, output: {shape: [60, 3]}}\n"
-                      "  - {name: Y, op: call, fn: \"FNS:target\", inputs: [X], output: {shape: [60]}}\n"
-                      "  - {name: Xv, op: call, fn: \"FNS:data\", params: {n: 20, seed: 1}, output: {shape: [20, 3]}}\n"
-                      "  - {name: Yv, op: call, fn: \"FNS:target\", inputs: [Xv], output: {shape: [20]}}\n"
-                      "  - {name: w0, op: variable, shape: [3], init: zeros}\n"
-                      "  - {name: t0, op: variable, shape: [], init: zeros}\n"
-                      + loops + "outputs:\n" + outputs)
+    spec = stopping_spec(tmp_path, "stop", loops, outputs)
     result = run_file(spec, echo=quiet, report_path=str(tmp_path / "r.json"))
     return tmp_path, result
 
@@ -231,6 +237,7 @@ def full_batch_reference(steps: int) -> tuple[list[np.ndarray], list[float], lis
     ("nodelta", {"min_delta": 0.0}),
     ("base", {"baseline": 0.7}),
     ("late", {"start_from": 5}),
+    ("maxed", {"mode": "max"}),
 ])
 def test_early_stopping_stops_where_keras_would(stopping: tuple[Path, Any], name: str, rule: dict[str, Any]) -> None:
     out, result = stopping
@@ -246,7 +253,8 @@ def test_early_stopping_stops_where_keras_would(stopping: tuple[Path, Any], name
     assert vloss[:, 0].tolist() == val[:, 0].tolist()
     np.testing.assert_allclose(vloss[:, 1], [vlosses[s] for s in steps], rtol=1e-12)
     # Keras, evaluation by evaluation, over the full table: where it stops, and the run stops there
-    stopped, best = keras_early_stopping(TABLE, patience=3, **{"min_delta": 0.001, **rule})
+    values = [-v for v in TABLE] if rule.get("mode") == "max" else TABLE
+    stopped, best = keras_early_stopping(values, patience=3, **{"min_delta": 0.001, **rule})
     assert stopped is not None
     expected_step = 2 * (stopped + 1)
     assert steps[-1] == expected_step, (name, steps)
@@ -270,6 +278,8 @@ def test_the_rules_are_told_apart_by_the_table() -> None:
         return keras_early_stopping(TABLE, patience=3, **rule)[0]
 
     plain = stop(min_delta=0.001)
+    assert keras_early_stopping([-v for v in TABLE], patience=3, min_delta=0.001, mode="max")[0] != \
+        keras_early_stopping([-v for v in TABLE], patience=3, min_delta=0.001, mode="min")[0]  # mode counts
     assert plain != stop()                                   # min_delta counts
     assert stop() != stop(tie_is_gain=True)                  # a tie is not an improvement
     assert plain != stop(min_delta=0.001, baseline=0.7)      # the baseline counts
@@ -628,3 +638,40 @@ def test_an_every_that_does_not_divide_the_window_cuts_the_windows(tmp_path: Pat
     seen = read_csv(tmp_path / "seen.csv").reshape(-1, 2)
     assert seen[:, 0].tolist() == [3, 6, 9, 12, 15, 18, 20]
     assert seen[:, 1].tolist() == seen[:, 0].tolist()  # the state after that step
+
+
+# ------------------------------------------------------------------- resuming a loop that stops early
+
+
+def resumable_stopping(tmp_path: Path) -> Path:
+    """The 'plain' early-stopping loop (stops at 16, best at 10) with checkpoints at 4, 8 and 12."""
+    loop = STOPPING_LOOP.format(name="plain", rule=STOPPING_RULES["plain"] + "\n      checkpoint: {every: 4, keep: 5}")
+    return stopping_spec(tmp_path, "rs", loop, "  plain.w: w.npy\n  plain.val: val.csv\n  plain.loss: loss.csv\n")
+
+
+def test_resume_carries_the_early_stopping_state(tmp_path: Path) -> None:
+    """Resumed at step 12 (one evaluation waited since the best at 10), the loop stops at 16 as the
+    uninterrupted run did: without the judge's best and wait restored it would run on to step 26."""
+    spec = resumable_stopping(tmp_path)
+    run_file(spec, echo=quiet, output_dir=str(tmp_path / "whole"))
+    assert [step_of(p) for p in sorted((tmp_path / ".orchestrate/cache/checkpoints/rs/plain").glob("*.npz"))] == \
+        [4, 8, 12]
+    run_file(spec, echo=quiet, resume=True, output_dir=str(tmp_path / "resumed"), report_path=str(tmp_path / "r.json"))
+    loop = json.loads((tmp_path / "r.json").read_text())["loops"]["plain"]
+    assert (loop["resumed_from_step"], loop["stopped_at_step"], loop["stop_reason"]) == (12, 16, "early_stop")
+    same_files(tmp_path / "resumed", tmp_path / "whole", ("val.csv", "loss.csv"))
+    fresh = keras_early_stopping(TABLE[6:], patience=3, min_delta=0.001)[0]  # a judge that forgot
+    assert fresh is not None and 2 * (6 + fresh + 1) != 16
+
+
+@pytest.mark.xfail(strict=True, reason="bug: a checkpoint keeps the judge's best step but not the best states; "
+                   "resumed after the best evaluation, restore_best outputs the last step's states "
+                   "(execute/training.py TrainingLoop.resume leaves self.best None)")
+def test_resume_with_restore_best_outputs_the_best_state_from_before_the_checkpoint(tmp_path: Path) -> None:
+    spec = resumable_stopping(tmp_path)
+    run_file(spec, echo=quiet, output_dir=str(tmp_path / "whole"))
+    run_file(spec, echo=quiet, resume=True, output_dir=str(tmp_path / "resumed"), report_path=str(tmp_path / "r.json"))
+    assert json.loads((tmp_path / "r.json").read_text())["loops"]["plain"]["resumed_from_step"] == 12
+    ws, _, _ = full_batch_reference(32)
+    np.testing.assert_allclose(np.load(tmp_path / "whole" / "w.npy"), ws[10], rtol=1e-12)  # best: step 10
+    same_files(tmp_path / "resumed", tmp_path / "whole", ("w.npy",))
