@@ -99,7 +99,7 @@ def data(n: int = 100, seed: int = 0) -> np.ndarray:
 
 
 def target(x: np.ndarray) -> np.ndarray:
-    return x @ np.asarray([1.0, -2.0, 0.5]) + 0.3
+    return np.asarray(x @ np.asarray([1.0, -2.0, 0.5]) + 0.3)
 
 
 def mse(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
@@ -108,7 +108,7 @@ def mse(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
 
 
 def grad_step(w: np.ndarray, x: np.ndarray, y: np.ndarray, lr: float = 0.1) -> np.ndarray:
-    return w - lr * (x.T @ (x @ w - y)) / x.shape[0]
+    return np.asarray(w - lr * (x.T @ (x @ w - y)) / x.shape[0])
 
 
 def batch_rows(step: int, n: int, size: int, seed: int, shuffle: bool = True, drop: bool = False) -> np.ndarray:
@@ -139,11 +139,14 @@ def keras_early_stopping(values: list[float], *, patience: int, min_delta: float
     Transcribed from keras/src/callbacks/early_stopping.py: best starts as None (any first value improves),
     ``_is_improvement`` is ``monitor_op(value - min_delta, reference)`` with min_delta negated for ``min``.
     """
-    better = (lambda a, b: a < b or (tie_is_gain and a == b)) if mode == "min" else (lambda a, b: a > b)
     delta = -min_delta if mode == "min" else min_delta
 
     def is_improvement(value: float, reference: float | None) -> bool:
-        return reference is None or better(value - delta, reference)
+        if reference is None:
+            return True
+        if mode == "min":
+            return value - delta < reference or (tie_is_gain and value - delta == reference)
+        return value - delta > reference
 
     best, best_epoch, wait = None, None, 0
     for epoch, current in enumerate(values):
@@ -331,7 +334,8 @@ def test_minibatches_on_one_device_equal_numpy(tmp_path: Path) -> None:
                       "  - {name: X, op: call, fn: \"FNS:data\", params: {n: 100}, output: {shape: [100, 3]}}\n"
                       "  - {name: Y, op: call, fn: \"FNS:target\", inputs: [X], output: {shape: [100]}}\n"
                       "  - {name: w0, op: variable, shape: [3], init: zeros}\n"
-                      + loops + "outputs:\n" + "".join(f"  {n}.w: {n}_w.npy\n  {n}.loss: {n}_loss.csv\n" for n in BATCHED))
+                      + loops + "outputs:\n"
+                      + "".join(f"  {n}.w: {n}_w.npy\n  {n}.loss: {n}_loss.csv\n" for n in BATCHED))
     result = run_file(spec, echo=quiet, write_outputs=False, report_path=str(tmp_path / "r.json"))
     report = json.loads((tmp_path / "r.json").read_text())
     for name, (size, epochs, seed, shuffle, drop) in BATCHED.items():
