@@ -668,9 +668,6 @@ def test_resume_carries_the_early_stopping_state(tmp_path: Path) -> None:
     assert fresh is not None and 2 * (6 + fresh + 1) != 16
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a checkpoint keeps the judge's best step but not the best states; "
-                   "resumed after the best evaluation, restore_best outputs the last step's states "
-                   "(execute/training.py TrainingLoop.resume leaves self.best None)")
 def test_resume_with_restore_best_outputs_the_best_state_from_before_the_checkpoint(tmp_path: Path) -> None:
     spec = resumable_stopping(tmp_path)
     run_file(spec, echo=quiet, output_dir=str(tmp_path / "whole"))

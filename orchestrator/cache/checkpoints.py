@@ -48,6 +48,7 @@ class Saved:
     evaluations: Mapping[str, np.ndarray]  # evaluation metrics, (step, value) rows so far
     stopping: Mapping[str, Any]  # the stopping rules' state (best value and step, evaluations waited)
     path: str
+    best: tuple[np.ndarray, ...] = ()  # the best evaluation's states (restore_best), when there is one
 
 
 def _safe(name: str) -> str:
@@ -77,14 +78,15 @@ class Checkpoints:
         return sorted(found, key=lambda f: -f[1])
 
     def save(self, loop: str, key: Key, step: int, states: Sequence[Any], series: Mapping[str, Any],
-             evaluations: Mapping[str, Any], stopping: Mapping[str, Any], keep: int) -> str:
+             evaluations: Mapping[str, Any], stopping: Mapping[str, Any], keep: int, best: Sequence[Any] = ()) -> str:
         """Write the checkpoint of ``loop`` at ``step`` atomically; prune older ones. Its path."""
         arrays: dict[str, np.ndarray] = {f"s{i}": np.asarray(v) for i, v in enumerate(states)}
         arrays.update({f"m{i}": np.asarray(v) for i, v in enumerate(series.values())})
         arrays.update({f"e{i}": np.asarray(v) for i, v in enumerate(evaluations.values())})
+        arrays.update({f"b{i}": np.asarray(v) for i, v in enumerate(best)})
         values = list(arrays.values())
         header = {"format": FORMAT, "key": key.key, "parts": dict(key.parts), "loop": loop, "step": step,
-                  "states": len(states), "series": list(series), "evaluations": list(evaluations),
+                  "states": len(states), "best": len(best), "series": list(series), "evaluations": list(evaluations),
                   "stopping": dict(stopping), "sha256": _checksum(values), "created": time.time()}
         buffer = io.BytesIO()
         contents: dict[str, Any] = {"header": np.array(json.dumps(header)), **arrays}
@@ -135,7 +137,7 @@ class Checkpoints:
             self.warnings.append(f"checkpoint of '{loop}' is unreadable and was not used ({type(exc).__name__}: "
                                  f"{exc}): {path}")
             return None
-        ordered = [arrays[n] for n in sorted(arrays, key=lambda n: (n[0] != "s", n[0] != "m", int(n[1:])))]
+        ordered = [arrays[n] for n in sorted(arrays, key=lambda n: ("smeb".index(n[0]), int(n[1:])))]
         if header.get("format") != FORMAT or header.get("key") != key.key or header.get("loop") != loop:
             self.warnings.append(f"checkpoint of '{loop}' belongs to another key or format and was not used: {path}")
             return None
@@ -146,4 +148,5 @@ class Checkpoints:
         states = tuple(arrays[f"s{i}"] for i in range(int(header["states"])))
         series = {name: arrays[f"m{i}"] for i, name in enumerate(header["series"])}
         evaluations = {name: arrays[f"e{i}"] for i, name in enumerate(header["evaluations"])}
-        return Saved(int(header["step"]), states, series, evaluations, dict(header.get("stopping") or {}), path)
+        best = tuple(arrays[f"b{i}"] for i in range(int(header.get("best", 0))))
+        return Saved(int(header["step"]), states, series, evaluations, dict(header.get("stopping") or {}), path, best)

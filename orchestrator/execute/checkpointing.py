@@ -77,7 +77,7 @@ class CheckpointWriter:
         return saved
 
     def save_later(self, loop: Loop, step: int, states: Sequence[Any], series: Mapping[str, np.ndarray],
-                   evaluations: Mapping[str, np.ndarray], stopping: Mapping[str, Any]) -> None:
+                   evaluations: Mapping[str, np.ndarray], stopping: Mapping[str, Any], best: Sequence[Any] = ()) -> None:
         """Write the checkpoint once the ``states`` futures are done, from a thread; nothing waits here."""
         assert loop.checkpoint is not None
         if self._pool is None:
@@ -86,8 +86,9 @@ class CheckpointWriter:
 
         def write() -> None:
             try:
-                values = [f.result() for f in states]
-                self.written.append(store.save(loop.name, key, step, values, series, evaluations, stopping, keep))
+                values, kept = [f.result() for f in states], [f.result() for f in best]
+                self.written.append(store.save(loop.name, key, step, values, series, evaluations, stopping, keep,
+                                               kept))
             except Exception as exc:  # a value that failed (the run says so) or a full disk
                 self.errors.append(f"'{loop.name}' at step {step}: {type(exc).__name__}: {exc}")
 

@@ -23,7 +23,7 @@ the loop began and ended (``outcome``, for the run report).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -177,12 +177,9 @@ class TrainingLoop:
         saved = d.checkpoints.latest(loop) if d.checkpoints is not None else None
         if saved is None:
             return state, 0
-        carried = {}
-        for var, value in zip(loop.state, saved.states):
-            device = d.plan.placement(var.placeholder).device
-            future = d.submitter.scatter(value, device)
-            d.held[future.key] = future
-            carried[var.name] = Located(future.key, device)
+        carried = self.placed(saved.states)
+        if saved.best:  # restore_best's states, as they were when the checkpoint was written
+            self.best = LoopState(self.placed(saved.best), state.known, state.outer_moves)
         for name in self.series:
             self.series[name] = list(np.asarray(saved.series.get(name, np.zeros(0))))
         for name in self.evaluations:
@@ -194,23 +191,38 @@ class TrainingLoop:
         d.echo(f"loop '{loop.name}' resumes from its checkpoint at step {saved.step} ({saved.path})")
         return LoopState(carried, state.known, state.outer_moves), saved.step
 
+    def placed(self, values: Sequence[Any]) -> dict[str, Located]:
+        """States read from a checkpoint, each on the device where the loop starts it."""
+        d, carried = self.driver, {}
+        for var, value in zip(self.loop.state, values):
+            device = d.plan.placement(var.placeholder).device
+            future = d.submitter.scatter(value, device)
+            d.held[future.key] = future
+            carried[var.name] = Located(future.key, device)
+        return carried
+
     def save(self, step: int, carried: Mapping[str, Located], futures: Mapping[str, Any]) -> None:
         """Hand the checkpoint at ``step`` to the writer: the states fetched from where they live."""
         d, loop = self.driver, self.loop
         if d.checkpoints is None or not d.checkpoints.usable(loop):
             return  # (said once, when the loop began)
-        values = {f"{loop.name}.{var.name}": carried[var.name] for var in loop.state}
-        fetch = compile_fetch(d.plan, values, d.options)
-        if fetch is not None:
-            got = d.submitter.submit(fetch, list(fetch.output_keys.values()))
-            states = [got[fetch.output_keys[text]] for text in values]
-        else:
-            states = [futures[located.key] for located in values.values()]
+        states = self.fetched(carried, futures)
+        best = self.fetched(self.best.carried, d.held) if self.best is not None else []  # restore_best's
         series = {name: np.stack([np.asarray(v) for v in values_]) if values_ else np.zeros(0)
                   for name, values_ in self.series.items()}
         evaluations = {name: np.asarray(rows, dtype=float).reshape(-1, 2) for name, rows in self.evaluations.items()}
         d.checkpoints.save_later(loop, step, states, series, evaluations,
-                                 self.judge.state() if self.judge is not None else {})
+                                 self.judge.state() if self.judge is not None else {}, best)
+
+    def fetched(self, carried: Mapping[str, Located], futures: Mapping[str, Any]) -> list[Any]:
+        """Futures of the states ``carried`` on the client (a small graph fetches them from where they live)."""
+        d = self.driver
+        values = {f"{self.loop.name}.{var.name}": carried[var.name] for var in self.loop.state}
+        fetch = compile_fetch(d.plan, values, d.options)
+        if fetch is None:
+            return [futures[located.key] for located in values.values()]
+        got = d.submitter.submit(fetch, list(fetch.output_keys.values()))
+        return [got[fetch.output_keys[text]] for text in values]
 
     def write_metrics(self) -> None:
         """The metric CSVs so far (a stopped run keeps what it computed); not past a stop, which ``finish`` cuts."""
