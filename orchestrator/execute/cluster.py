@@ -125,7 +125,7 @@ class EmbeddedCluster:
         devices = self.devices if self.devices is not None else self.cluster.devices
         options = {d.name: worker_options(self.cluster, d, self.host, self.security) for d in devices}
         for each in options.values():
-            each["env"].update(processes.worker_env())
+            each["env"].update(processes.restored_env())
         workers = {name: {"cls": Nanny, "options": each} for name, each in options.items()}
         scheduler_options: dict[str, Any] = {"host": self.host}
         if self.security is not None:

@@ -28,7 +28,7 @@ right:
   ``CUDA_VISIBLE_DEVICES`` is read after it is set. The server also runs with
   Python's safe path (``python -c`` puts the working directory first on
   ``sys.path``, where a ``yaml.py`` would shadow what it preloads), which each
-  worker's nanny sets back to this process's setting (:func:`worker_env`).
+  worker's nanny sets back to this process's setting (:func:`restored_env`).
 * NumPy's BLAS, loaded by the server with one thread: OpenBLAS and MKL read
   their thread variables only when loaded, so each worker sets the thread
   count of the BLAS it inherited to its device's at start (:func:`dask_setup`,
@@ -77,7 +77,7 @@ _BLAS_SETTERS = {"openblas": ("scipy_openblas_set_num_threads64_", "scipy_openbl
                  "mkl_rt": ("MKL_Set_Num_Threads",)}
 
 
-def worker_env() -> dict[str, str]:
+def restored_env() -> dict[str, str]:
     """What a forked worker's nanny sets back in its environment: the server's own setting of Python's
     safe path (see :func:`start_server`) is not for the processes a worker's user code starts."""
     return {SAFE_PATH: os.environ.get(SAFE_PATH, "")}  # empty: unset, to Python
