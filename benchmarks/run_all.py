@@ -2,7 +2,8 @@
 
 B1 run overhead, B2 compile speed, B3 transfers, B4 data-parallel scaling,
 B5 start-up, the client memory of a long loop, B7 polyfit and the B4 towers
-across two simulated hosts (network namespaces; skipped without root), and B6
+across two simulated hosts (network namespaces; skipped without root), B8 the
+cost of checkpoints in polyfit's loop, and B6
 the polyfit example's training loop beside hand-written Dask futures, Ray and
 TensorFlow (Ray and TensorFlow only where installed: ``pip install -e '.[anchors]'``). Each
 benchmark prints its own figures and writes ``benchmarks/results/<name>.json``;
@@ -66,6 +67,8 @@ BENCHES = (
     Bench("L", "loop memory", "bench_loop_memory.py", "loop_memory.json", 130, 70),
     # fits its second round only if the budget allows (see bench_hosts.py); skips without root
     Bench("B7", "across two simulated hosts", "bench_hosts.py", "hosts.json", 270, 120),
+    # polyfit with a checkpoint every 100 steps and without, alternating (rounds as the budget allows)
+    Bench("B8", "checkpoint cost", "bench_checkpoints.py", "checkpoints.json", 150, 75),
     # last: it fits as many rounds as its budget allows (see bench_polyfit.py), so it takes what the others left
     Bench("B6", "polyfit loop vs Dask, Ray, TF", "bench_polyfit.py", "polyfit.json", 360, 180),
 )
@@ -209,6 +212,11 @@ def figures(runs: dict[str, dict[str, Any]]) -> list[Figure]:
                     None if growth is None else 100 * growth, "{:+.1f}%", "within ±20%", lambda v: abs(v) <= 20))
     out += polyfit_figures(data("B6"))
     out += hosts_figures(data("B7"))
+    b8 = data("B8")
+    every, none = get(b8, "sides", "every", "loop_s"), get(b8, "sides", "none", "loop_s")
+    out.append(_fig("B8", f"polyfit, {b8.get('steps') or 2000} steps: checkpoints every {b8.get('every') or 100} "
+                          "steps ÷ none, training loop", get(b8, "ratio"), "{:.3f}", "≤ 1.05", at_most(1.05),
+                    f"{every:.2f} s vs {none:.2f} s, medians of {b8.get('rounds_done')}" if every and none else ""))
     return out
 
 
