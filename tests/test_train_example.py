@@ -108,7 +108,9 @@ def test_train_equals_numpy_and_stops_early(tmp_path: Path, ref: Reference) -> N
     ran = {e["name"]: e for e in json.loads((tmp_path / "run.json").read_text())["ops"]}
     assert ran["fit/towers/0/grad"]["worker"] == GPU + "0" and ran["fit/towers/1/grad"]["worker"] == GPU + "1"
     assert ran["fit/step"]["worker"] == PS and ran["w0"]["worker"] == PS
-    assert ran["fit/eval/val_loss"]["worker"] == EVALUATOR and ran["fit/eval/val_loss"]["runs"] == len(ref.table)
+    assert ran["fit/eval/val_loss"]["worker"] == EVALUATOR
+    # the window in flight when the loop stopped may have been evaluated too (its values are dropped)
+    assert ran["fit/eval/val_loss"]["runs"] in (len(ref.table), len(ref.table) + 1)
 
 
 def test_train_resumed_from_its_checkpoint_ends_the_same(tmp_path: Path, ref: Reference) -> None:
