@@ -76,9 +76,10 @@ class CheckpointWriter:
             self.echo(f"loop '{loop.name}' starts from step 0: {why}")
         return saved
 
-    def save_later(self, loop: Loop, step: int, states: Sequence[Any], series: Mapping[str, np.ndarray],
-                   evaluations: Mapping[str, np.ndarray], stopping: Mapping[str, Any], best: Sequence[Any] = ()) -> None:
-        """Write the checkpoint once the ``states`` futures are done, from a thread; nothing waits here."""
+    def save_later(self, loop: Loop, step: int, states: Sequence[tuple[Any, int | None]],
+                   series: Mapping[str, np.ndarray], evaluations: Mapping[str, np.ndarray],
+                   stopping: Mapping[str, Any], best: Sequence[tuple[Any, int | None]] = ()) -> None:
+        """Write the checkpoint once the ``states`` futures (and the element of each) are done, from a thread."""
         assert loop.checkpoint is not None
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
@@ -86,7 +87,7 @@ class CheckpointWriter:
 
         def write() -> None:
             try:
-                values, kept = [f.result() for f in states], [f.result() for f in best]
+                values, kept = [_value(*state) for state in states], [_value(*state) for state in best]
                 self.written.append(store.save(loop.name, key, step, values, series, evaluations, stopping, keep,
                                                kept))
             except Exception as exc:  # a value that failed (the run says so) or a full disk
@@ -102,6 +103,11 @@ class CheckpointWriter:
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self.errors:
             self.echo(f"warning: {len(self.errors)} checkpoint(s) could not be written: {self.errors[0]}")
+
+
+def _value(future: Any, element: int | None) -> Any:
+    value = future.result()
+    return value if element is None else value[element]
 
 
 def writer_for(plan: Plan, settings: RunSettings, keys: Keys | None, echo: Callable[[str], None]) \

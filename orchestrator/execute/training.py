@@ -214,15 +214,21 @@ class TrainingLoop:
         d.checkpoints.save_later(loop, step, states, series, evaluations,
                                  self.judge.state() if self.judge is not None else {}, best)
 
-    def fetched(self, carried: Mapping[str, Located], futures: Mapping[str, Any]) -> list[Any]:
-        """Futures of the states ``carried`` on the client (a small graph fetches them from where they live)."""
+    def fetched(self, carried: Mapping[str, Located], futures: Mapping[str, Any]) -> list[tuple[Any, int | None]]:
+        """(future, element) of each state ``carried``: read by the writer's thread, element cut on the client.
+
+        Host arrays are read as they are (a gang window's result is its states and its metrics, a few
+        hundred bytes): no graph per checkpoint. Device arrays (CuPy) go through a small graph that copies
+        them to the host where they live.
+        """
         d = self.driver
         values = {f"{self.loop.name}.{var.name}": carried[var.name] for var in self.loop.state}
+        if not d.options.host_outputs:
+            return [(futures[located.key], located.index) for located in values.values()]
         fetch = compile_fetch(d.plan, values, d.options)
-        if fetch is None:
-            return [futures[located.key] for located in values.values()]
+        assert fetch is not None  # host outputs: every value is copied to the host
         got = d.submitter.submit(fetch, list(fetch.output_keys.values()))
-        return [got[fetch.output_keys[text]] for text in values]
+        return [(got[fetch.output_keys[text]], None) for text in values]
 
     def write_metrics(self) -> None:
         """The metric CSVs so far (a stopped run keeps what it computed); not past a stop, which ``finish`` cuts."""
