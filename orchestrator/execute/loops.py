@@ -356,11 +356,12 @@ class StagedRun:
         return state
 
     def collect(self, loop: Loop, series: dict[str, list[Any]], window: CompiledWindow,
-                futures: dict[str, Any], extra: str = "") -> None:
-        """Wait for one window: read its metrics (one scalar per step) and surface any error."""
+                futures: dict[str, Any], extra: str = "", also: Sequence[str] = ()) -> list[Any]:
+        """Wait for one window: read its metrics (one scalar per step) and surface any error; the values of
+        the keys ``also`` (a checkpoint's states), fetched with the metrics in one gather."""
         self.submitter.wait_for(list(futures.values()))  # the first error of any device, as it happens
-        flat = self.submitter.gather({k: k for keys in window.metric_keys for k in keys}, futures,
-                                     list(window.sink_keys))
+        flat = self.submitter.gather({k: k for k in [*(k for keys in window.metric_keys for k in keys), *also]},
+                                     futures, list(window.sink_keys))
         if not loop.metrics:  # nothing to read: wait for the window's carried state instead
             self.submitter.gather({}, futures, list(futures))
         for keys in window.metric_keys:
@@ -370,6 +371,7 @@ class StagedRun:
                     series[name].append(metric_value(loop.name, name, row, len(series[name]) + 1))
         latest = ", ".join(f"{name} {float(np.asarray(values[-1])):.4g}" for name, values in series.items() if values)
         self.submitter.loop_progress(loop.name, window.last_step, loop.steps, ", ".join(filter(None, [latest, extra])))
+        return [flat[k] for k in also]
 
     def outputs(self) -> dict[str, Any]:
         spec = self.plan.spec
