@@ -54,6 +54,13 @@ RULES: dict[str, str] = {
     "param-syntax": "A parameter reference is not well formed",
     "param-in-params": "A parameter's default or choice refers to a parameter (defaults are plain values)",
     "loop-metric": "A loop's metric is not one number per step",
+    "loop-steps": "A loop that says neither its steps nor its epochs, or runs too many steps",
+    "batches-rows": "Minibatched data whose rows are unknown or differ between the datasets",
+    "batches-size": "A minibatch larger than the data",
+    "batches-steps": "A loop's steps that do not match its epochs of minibatches",
+    "loop-training": "Checkpoints, evaluations or stopping on a loop that cannot have them",
+    "loop-every": "A checkpoint or evaluation interval that never comes or cuts the windows",
+    "loop-stopping": "A stopping rule without an evaluation, a metric or a bound",
     "param-value": "A parameter's value does not fit where it is used",
     "param-unused": "A parameter is declared but never used",
     # the schema
