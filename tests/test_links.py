@@ -148,7 +148,9 @@ def test_a_gang_loop_sends_over_links_and_its_report_pictures_a_step() -> None:
                                                          "train/towers/0/loss"}
     assert picture["devices"][ps]["compute"]["train/step"] > 0
     parts = picture["devices"][gpu0]
-    assert parts["step"] >= sum(parts["compute"].values()) + parts["wait"] + parts["send"]
+    # medians of each part: they need not add up to the median step, but none exceeds it by much
+    assert parts["step"] > 0 and all(parts[k] >= 0 for k in ("wait", "send", "overhead"))
+    assert max(parts["compute"].values()) <= parts["step"]
     path = picture["critical_path"]
     kinds = [(seg["device"], seg["kind"]) for seg in path["segments"]]
     # one period ends with Adam on the ps and w going out; it reaches back into a GPU's tower when the ps
