@@ -162,14 +162,24 @@ class TrainingLoop:
                 scores.setdefault(name, float(np.asarray(self.series[name][-1])))
             reason = self.judge.judge(sub.stop, scores)
             if self.judge.improved and any(rule.restore_best for rule in self.loop.stopping):
-                self.best = sub.state
-                self.driver.held.update({c.key: sub.futures[c.key] for c in sub.state.carried.values()})
+                self.keep_best(sub)
         if reason is not None:
             self.outcome.update(stopped_at_step=sub.stop, stop_reason=reason)
             return True
         if checkpoint is not None and sub.stop % checkpoint.every == 0 and sub.stop < self.loop.steps:
             self.save(sub.stop, sub.state.carried, {**sub.futures, **{k: _Ready(v) for k, v in got.items()}})
         return False
+
+    def keep_best(self, sub: _Submitted) -> None:
+        """Hold the new best evaluation's states on the cluster, and let the previous best's go."""
+        held, previous = self.driver.held, self.best
+        kept = {c.key for c in sub.state.carried.values()}
+        if previous is not None:
+            for located in previous.carried.values():
+                if located.key not in kept:
+                    held.pop(located.key, None)
+        self.best = sub.state
+        held.update({key: sub.futures[key] for key in kept})
 
     def finish(self, last: _Submitted) -> LoopState:
         """The loop's final state: its last window's (or, with ``restore_best``, the best evaluation's)."""
