@@ -56,9 +56,13 @@ def probe() -> dict[str, Any]:
         parent = f.read().decode(errors="replace")
     with open("/proc/self/status") as f:
         blocked = int(next(line for line in f if line.startswith("SigBlk:")).split()[1], 16)
+    import dask
+
     return {"parent": parent, "pid": os.getpid(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "omp": os.environ.get("OMP_NUM_THREADS"), "blas": blas_threads(), "sigint_blocked": bool(blocked & 2),
-            "safe_path": os.environ.get("PYTHONSAFEPATH")}
+            "safe_path": os.environ.get("PYTHONSAFEPATH"),
+            "profiler": dask.config.get("distributed.worker.profile.enabled"),
+            "stealing": dask.config.get("distributed.scheduler.work-stealing")}
 
 
 def by_name(client: Any) -> dict[str, dict[str, Any]]:
@@ -72,6 +76,9 @@ def check(seen: dict[str, dict[str, Any]]) -> None:
         assert "multiprocessing.forkserver" in worker["parent"], f"{name} was not forked from the server"
         assert worker["sigint_blocked"], f"{name} would die of a Ctrl-C to the process group"
         assert worker["safe_path"] == os.environ.get("PYTHONSAFEPATH", ""), "the server's safe path leaked"
+        # Dask's profiler kept the task thread's frames (and a GPU's values) past their step: off on devices,
+        # and only that key of the worker's configuration changed
+        assert worker["profiler"] is False and worker["stealing"] is not None
     assert seen["device:CPU:0"]["omp"] == "2" and seen["device:GPU:0"]["omp"] == "1"
     assert (seen["device:GPU:0"]["cuda"], seen["device:GPU:1"]["cuda"], seen["device:CPU:0"]["cuda"]) == ("0,1", "1,0", "")
     if seen["device:CPU:0"]["blas"] is None:

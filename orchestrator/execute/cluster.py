@@ -84,6 +84,10 @@ def worker_options(cluster: Cluster, device: Device, host: str | None = "127.0.0
         "silence_logs": logging.CRITICAL,
         # sets the worker's BLAS threads to its device's (a forked worker inherits NumPy's BLAS loaded)
         "preload": [*_configured_preloads(), processes.__name__],
+        # Dask's statistical profiler keeps the task thread's frames, and every value they hold, past their
+        # step: a GPU then holds more than the memory plan says (seen: two minibatches where one is planned)
+        # and spends CPU sampling. Per-op records and the step picture say where a device's time goes.
+        "config": {"distributed.worker.profile.enabled": False},
     }
     if security is not None:
         options["security"] = security  # the worker's protocol follows the scheduler's address (tls://)
