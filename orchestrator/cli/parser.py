@@ -123,8 +123,9 @@ def _add_run(sub: Any, handlers: Handlers) -> None:
                         f"{OP_PREFIX_LIMIT} ops, by kind above (Dask's bookkeeping grows with the number of groups)")
     cache = p.add_argument_group("cache", "values kept on disk, keyed by what made them (docs/caching.md)")
     cache.add_argument("--resume", action="store_true",
-                       help="reuse every value the cache holds, and keep every value this run makes "
-                            "(run the same command again to finish a run that was stopped)")
+                       help="reuse every value the cache holds, and keep every value this run makes; a loop "
+                            "with checkpoints goes on from its last one (run the same command again to finish "
+                            "a run that was stopped)")
     cache.add_argument("--cache-dir", metavar="DIR", help="where entries live (default: .orchestrate/cache beside "
                                                            "the spec)")
     cache.add_argument("--cache-files", choices=["stat", "hash"], default="stat",

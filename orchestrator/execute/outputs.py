@@ -120,21 +120,23 @@ class MetricFiles:
     """
 
     def __init__(self, spec: Spec, output_dir: str):
-        self.spec, self.output_dir = spec, output_dir
+        self.targets: dict[str, list[str]] = {}  # a loop export written to CSV -> its paths
+        for out in spec.outputs:
+            chosen = formats.chosen(out.target)
+            if out.target != "-" and chosen is not None and chosen.name == "csv":
+                path = resolve_output(out.target, output_dir, spec.run.allow_absolute_paths)
+                self.targets.setdefault(str(out.ref), []).append(path)
         self.rows: dict[str, int] = {}  # path -> rows written so far in this run
 
-    def update(self, export: str, rows: np.ndarray) -> None:
-        for out in self.spec.outputs:
-            chosen = formats.chosen(out.target)
-            if str(out.ref) != export or out.target == "-" or chosen is None or chosen.name != "csv":
-                continue
-            path = resolve_output(out.target, self.output_dir, self.spec.run.allow_absolute_paths)
+    def update(self, export: str, values: Sequence[Any]) -> None:
+        """Write ``export``'s rows (a row per step, or per evaluation) past those already written."""
+        for path in self.targets.get(export, ()):
             done = self.rows.get(path)
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             if done is None:
+                os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
                 with atomic_open(path, "wb") as handle:
-                    formats.write_array(handle, path, rows)
-            elif len(rows) > done:
+                    formats.write_array(handle, path, np.array(values))
+            elif len(values) > done:  # only the new rows are copied: a long loop's series is not, every window
                 with open(path, "ab") as handle:
-                    formats.write_array(handle, path, rows[done:])
-            self.rows[path] = len(rows)
+                    formats.write_array(handle, path, np.array(values[done:]))
+            self.rows[path] = len(values)

@@ -262,9 +262,10 @@ class TrainingLoop:
             return
         for name, values in self.series.items():
             if values:
-                files.update(f"{self.loop.name}.{name}", np.array(values))
-        for export, rows in self.tables().items():
-            files.update(export, rows)
+                files.update(f"{self.loop.name}.{name}", values)
+        for name, rows in self.evaluations.items():
+            if rows:
+                files.update(f"{self.loop.name}.{name}", [[float(step), value] for step, value in rows])
 
     def tables(self) -> dict[str, np.ndarray]:
         """Each evaluation metric as (step, value) rows: ``LOOP.metric``."""
