@@ -22,8 +22,6 @@ State: none between calls but the warnings of the last reads.
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import re
 import time
@@ -32,8 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..atomic import write_bytes
-from .store import Key, _checksum, why_again
+from .store import Key, read_checked, why_again, write_checked
 
 FORMAT = 1
 
@@ -84,16 +81,11 @@ class Checkpoints:
         arrays.update({f"m{i}": np.asarray(v) for i, v in enumerate(series.values())})
         arrays.update({f"e{i}": np.asarray(v) for i, v in enumerate(evaluations.values())})
         arrays.update({f"b{i}": np.asarray(v) for i, v in enumerate(best)})
-        values = list(arrays.values())
         header = {"format": FORMAT, "key": key.key, "parts": dict(key.parts), "loop": loop, "step": step,
                   "states": len(states), "best": len(best), "series": list(series), "evaluations": list(evaluations),
-                  "stopping": dict(stopping), "sha256": _checksum(values), "created": time.time()}
-        buffer = io.BytesIO()
-        contents: dict[str, Any] = {"header": np.array(json.dumps(header)), **arrays}
-        np.savez(buffer, **contents)
+                  "stopping": dict(stopping), "created": time.time()}
         path = os.path.join(self._folder(loop), f"{key.key[:16]}-{step:010d}.npz")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_bytes(path, buffer.getvalue())
+        write_checked(path, header, arrays)
         mine = [f for f in self._files(loop) if f[0] == key.key[:16]]
         for _, _, old in mine[keep:] + [f for f in self._files(loop) if f[0] != key.key[:16]]:
             try:
@@ -121,27 +113,21 @@ class Checkpoints:
 
     def _header(self, path: str) -> dict[str, Any]:
         try:
-            with np.load(path, allow_pickle=False) as archive:
-                header = json.loads(str(archive["header"]))
-                return header if isinstance(header, dict) else {}
+            return read_checked(path)[0]
         except Exception:  # unreadable: no header to say anything with
             return {}
 
     def _read(self, path: str, loop: str, key: Key) -> Saved | None:
         try:
-            with np.load(path, allow_pickle=False) as archive:
-                header = json.loads(str(archive["header"]))
-                names = [n for n in archive.files if n != "header"]
-                arrays = {n: np.array(archive[n]) for n in names}
+            header, arrays, intact = read_checked(path)
         except Exception as exc:  # any unreadable file: it is not used, whatever went wrong
             self.warnings.append(f"checkpoint of '{loop}' is unreadable and was not used ({type(exc).__name__}: "
                                  f"{exc}): {path}")
             return None
-        ordered = [arrays[n] for n in sorted(arrays, key=lambda n: ("smeb".index(n[0]), int(n[1:])))]
         if header.get("format") != FORMAT or header.get("key") != key.key or header.get("loop") != loop:
             self.warnings.append(f"checkpoint of '{loop}' belongs to another key or format and was not used: {path}")
             return None
-        if header.get("sha256") != _checksum(ordered):
+        if not intact:
             self.warnings.append(f"checkpoint of '{loop}' does not match its checksum (corrupted) and was not "
                                  f"used: {path}")
             return None

@@ -273,10 +273,8 @@ class Cache:
         if not os.path.isfile(path):
             return None
         try:
-            with np.load(path, allow_pickle=False) as archive:
-                header = json.loads(str(archive["header"]))
-                count = int(header["values"])
-                values = tuple(np.array(archive[f"v{i}"]) for i in range(count))
+            header, arrays, intact = read_checked(path)
+            values = tuple(arrays[f"v{i}"] for i in range(int(header["values"])))
         except Exception as exc:  # any unreadable file: it is not loaded, whatever went wrong
             self.warnings.append(f"cache entry for {what} is unreadable and was ignored ({type(exc).__name__}: "
                                  f"{exc}): {path}")
@@ -284,23 +282,17 @@ class Cache:
         if header.get("format") != FORMAT or header.get("key") != key:
             self.warnings.append(f"cache entry for {what} belongs to another key or format and was ignored: {path}")
             return None
-        if header.get("sha256") != _checksum(values):
+        if not intact:
             self.warnings.append(f"cache entry for {what} does not match its checksum (corrupted) and was "
                                  f"ignored: {path}")
             return None
         return values
 
     def store(self, key: str, what: str, values: Sequence[Any]) -> None:
-        arrays = tuple(np.asarray(v) for v in values)
-        header = {"format": FORMAT, "key": key, "what": what, "values": len(arrays), "sha256": _checksum(arrays),
-                  "created": time.time(), "bytes": int(sum(a.nbytes for a in arrays))}
-        buffer = io.BytesIO()
-        contents: dict[str, Any] = {"header": np.array(json.dumps(header))}
-        contents.update({f"v{i}": a for i, a in enumerate(arrays)})
-        np.savez(buffer, **contents)
-        path = self._entry(key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_bytes(path, buffer.getvalue())
+        arrays = {f"v{i}": np.asarray(v) for i, v in enumerate(values)}
+        write_checked(self._entry(key), {"format": FORMAT, "key": key, "what": what, "values": len(arrays),
+                                         "created": time.time(),
+                                         "bytes": int(sum(a.nbytes for a in arrays.values()))}, arrays)
 
     def previous(self, spec_name: str) -> dict[str, dict[str, str]]:
         """The parts of the last key recorded for each op of this spec (by name)."""
@@ -337,6 +329,28 @@ class Cache:
             os.unlink(entry["path"])
             removed += 1
         return removed
+
+
+def write_checked(path: str, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+    """An npz of named arrays (no pickle) with a JSON header holding a SHA-256 of them, written atomically."""
+    checked = {**header, "sha256": _checksum(list(arrays.values()))}
+    contents: dict[str, Any] = {"header": np.array(json.dumps(checked)), **arrays}
+    buffer = io.BytesIO()
+    np.savez(buffer, **contents)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_bytes(path, buffer.getvalue())
+
+
+def read_checked(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray], bool]:
+    """What :func:`write_checked` wrote: its header, its arrays, and whether they match the header's SHA-256.
+
+    Raises on a file that cannot be read as such (the caller says so and does not use it)."""
+    with np.load(path, allow_pickle=False) as archive:
+        header = json.loads(str(archive["header"]))
+        arrays = {name: np.array(archive[name]) for name in archive.files if name != "header"}
+    if not isinstance(header, dict):
+        raise ValueError("its header is not a mapping")
+    return header, arrays, header.get("sha256") == _checksum(list(arrays.values()))
 
 
 def _checksum(values: Sequence[np.ndarray]) -> str:
