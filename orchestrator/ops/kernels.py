@@ -119,7 +119,7 @@ def mean_n(ctx: KernelContext, p: Params, *xs: Any) -> Any:
     exactly NumPy's mean. A copy of weight 0 (an empty piece) is left out: its
     mean of no rows is NaN, which 0·NaN would carry into the result.
     """
-    weights = [int(w) for w in p["weights"]]
+    weights = [w if isinstance(w, float) else int(w) for w in p["weights"]]  # a sweep's may be any number
     if "weights_last" in p and _last_batch_step(p["batches"], ctx.step):
         weights = [int(w) for w in p["weights_last"]]  # the epoch's partial batch, cut otherwise
     terms = [(w, x) for w, x in zip(weights, xs) if w]

@@ -44,6 +44,7 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # the last alternative: a '${' that no '}' closes, so it cannot stay in a value as text
 _REFERENCE = re.compile(r"\$\$\{|\$\{([^}]*)\}|\$\{")
 _USE = re.compile(r"\s*params\.([A-Za-z0-9_]*)\s*\Z")
+_COPY = re.compile(r"\s*copy\.[A-Za-z0-9_]+\s*\Z")  # a sweep's per-copy value: its expansion replaces it
 
 
 @dataclass(frozen=True)
@@ -271,6 +272,9 @@ class _Resolver:
             at = use.end()
             if use.group(0) == "$${":
                 parts.append("${")
+                continue
+            if use.group(1) is not None and _COPY.match(use.group(1)):
+                parts.append(use.group(0))
                 continue
             if use.group(1) is None:
                 self.error("param-syntax", path, f"'${{' without a closing '}}' in {text!r}",

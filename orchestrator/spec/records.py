@@ -16,6 +16,7 @@ from typing import Any
 from ..devices import DeviceSpec, GpuId
 from ..errors import Diagnostic, Severity, YamlPath
 from ..ops.values import ValueInfo
+from .searches import Search as Search, SweepCopy as SweepCopy, Table as Table
 
 
 Position = tuple[int, int]
@@ -363,6 +364,7 @@ class Spec:
     cache: bool = False  # the spec's ``cache:``
     cache_scopes: Mapping[str, bool] = field(default_factory=dict)  # construct name -> its ``cache:``
     params: tuple[Param, ...] = ()  # effective values of the ``params:`` block
+    sweeps: tuple[Search, ...] = ()  # every sweep's copies (spec.searches)
 
     @property
     def file(self) -> str:

@@ -30,10 +30,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...devices import DeviceSpec
-from ...errors import DeviceSpecError, Diagnostic
+from ...errors import DeviceSpecError, Diagnostic, YamlPath
 from ..records import Cluster, Document, Loop, Op, OpRef
+from ..searches import Search
 from ...ops import lookup
 from .base import Construct, Expander, output_count
+from .space import leftover_uses
 from .iterate import ITERATE
 from .replicate import REPLICATE
 from .scope import SCOPE
@@ -64,6 +66,8 @@ class Expansion:
     diagnostics: tuple[Diagnostic, ...]
     complete: bool = True  # False: the graph was too big to expand, ``ops`` is empty
     cache_scopes: Mapping[str, bool] = field(default_factory=dict)  # construct name -> its ``cache:``
+    searches: tuple[Search, ...] = ()
+    copy_bodies: tuple[tuple[YamlPath, int, Any], ...] = ()  # sweep bodies with a copy's values in place
 
 
 def expand(doc: Document, graph: Sequence[Any], cluster: Cluster | None) -> Expansion:
@@ -74,8 +78,14 @@ def expand(doc: Document, graph: Sequence[Any], cluster: Cluster | None) -> Expa
     expander = Expander(doc, cluster, CONSTRUCTS)
     expander.items(graph, ("graph",), "", (), OpRef.parse, None)
     ops = _prune_unused_picks(expander.ops, expander.pick_candidates, doc)
+    for op in ops:  # a ${copy.NAME} no enclosing sweep replaced
+        for path, name in leftover_uses(dict(op.params), op.path):
+            expander.diagnostics.append(doc.diagnostic(
+                "copy-unknown", path, f"${{copy.{name}}} in op '{op.name}': no sweep around it gives its copies "
+                f"a value '{name}'", "a body can use the values of the sweeps it is inside: ${copy.NAME} for "
+                "each parameter of their space"))
     return Expansion(tuple(ops), tuple(expander.loops), tuple(expander.diagnostics), True,
-                     dict(expander.cache_scopes))
+                     dict(expander.cache_scopes), tuple(expander.searches), tuple(expander.copy_bodies))
 
 
 def _prune_unused_picks(ops: list[Op], candidates: set[str], doc: Document) -> list[Op]:

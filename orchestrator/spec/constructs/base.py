@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from ...devices import DeviceSpec
 from ...errors import DeviceSpecError, Diagnostic, YamlPath, did_you_mean
 from ..records import Cluster, DeviceRequest, Document, Loop, Op, OpRef
+from ..searches import Search
 from ...ops import COMMON_KEYS, lookup
 
 Resolver = Callable[[str], OpRef]
@@ -56,6 +57,8 @@ class Expander:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     pick_candidates: set[str] = field(default_factory=set)
     cache_scopes: dict[str, bool] = field(default_factory=dict)  # construct name -> its ``cache:``
+    searches: list[Search] = field(default_factory=list)  # every sweep's copies, in graph order
+    copy_bodies: list[tuple[YamlPath, int, Any]] = field(default_factory=list)  # bodies ${copy.NAME} changed
 
     def construct_of(self, item: Mapping[str, Any]) -> Construct | None:
         return next((c for key, c in self.registry.items() if key in item), None)

@@ -1,9 +1,19 @@
-"""``sweep``: one copy of a body per parameter value, one model per device.
+"""``sweep``: one copy of a body per point of a search space (hyperparameter search, ensembles).
 
-A sweep named ``hp`` over ``param`` makes ``hp/<i>/<op>`` per value and
-``hp/<i>/<param>`` (the value as a scalar op). With ``select: {min: loss}``
-it also makes ``hp.best`` (the best value) and ``hp.<op>`` (that op's value
-in the best copy, kept only when something refers to it).
+A sweep named ``hp`` makes ``hp/<i>/<op>`` for every copy ``i`` and
+``hp/<i>/<param>`` for each number the copy is given (a scalar op); text
+values (paths, names) reach the body as ``${copy.NAME}``. The space is a
+list, a ``grid``, ``random`` draws or ``copies`` (:mod:`.space`). Copies are
+spread over the devices of ``spread`` in turn; the plan packs them (several
+at once on a device where they fit). Beside the copies it makes:
+
+* ``select: {min: loss}``: ``hp.best`` (the best copy's value when the space
+  has one number, else its index) and ``hp.<name>`` for each body op and
+  number (its value in the best copy, made only when something reads it);
+* ``gather: {losses: loss}``: ``hp.losses``, one row per copy (``stack``);
+* ``combine: {pred: mean}``: ``hp.pred``, the copies' ``mean``, ``add_n``,
+  ``concat``, or ``{weighted_by: w}`` a mean weighed by each copy's ``w``;
+* ``table:``: a CSV the run writes, a row per copy (``spec.searches``).
 """
 
 from __future__ import annotations
@@ -12,49 +22,154 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ...errors import YamlPath
 from ..records import Op, OpRef
+from ..searches import Search, SweepCopy, Table
 from .base import Chain, Expander, Resolver
+from .space import SpaceReader, copy_id, substitute_copy
+
+COMBINE_KIND = {"add_n": "add_n", "mean": "mean_n", "concat": "concat"}
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 class Sweep:
     key: str = "sweep"
-    name_fields: tuple[str, ...] = ()
+    name_fields: tuple[str, ...] = ("gather", "combine")
     body_fields: tuple[str, ...] = ()
-    internal_ops: Mapping[str, str] = {"select": "sweep's select: {min: loss} makes it", "pick": "sweep's select: {min: loss} makes it"}
+    internal_ops: Mapping[str, str] = {"select": "sweep's select: {min: loss} makes it",
+                                       "pick": "sweep's select: {min: loss} makes it"}
     reference_roles: Mapping[str, str] = {}
 
     def expand(self, ex: Expander, item: Mapping[str, Any], path: YamlPath, prefix: str, chain: Chain,
                resolve: Resolver, group: str | None) -> None:
         name, spec = prefix + str(item["name"]), item["sweep"]
         spath = (*path, "sweep")
-        param, values, body = str(spec["param"]), list(spec["values"]), spec["body"]
-        devices = ex.device_list(spec["devices"], (*spath, "devices"), f"sweep '{name}'", chain) \
-            if "devices" in spec else []
-        local = ex.local_names(body) | {param}
-        for i, value in enumerate(values):
+        copies = SpaceReader(ex.doc, ex.diagnostics).copies(spec, spath, name)
+        if not copies:
+            return
+        devices = self.devices(ex, spec, spath, name, chain)
+        numbers = [p for p in copies[0] if all(is_number(c[p]) for c in copies)]
+        body = spec["body"]
+        local = ex.local_names(body) | set(numbers)
+        records = []
+        for i, values in enumerate(copies):
             copy_prefix = f"{name}/{i}/"
             copy_chain = chain + ((devices[i % len(devices)],) if devices else ())
-            ex.ops.append(Op(copy_prefix + param, "constant", (), {"value": value}, (*spath, "values", i),
-                             device_chain=copy_chain, group=name))
-            ex.items(body, (*spath, "body"), copy_prefix, copy_chain, ex.scoped(copy_prefix, local, {}, resolve), name)
+            for param in numbers:
+                ex.ops.append(Op(copy_prefix + param, "constant", (), {"value": values[param]},
+                                 self.value_path(spec, spath, i, param), device_chain=copy_chain, group=name))
+            copy_body = substitute_copy(body, values)
+            if copy_body != body:  # the schema sees each copy's values where ${copy.NAME} stood
+                ex.copy_bodies.append(((*spath, "body"), i, copy_body))
+            ex.items(copy_body, (*spath, "body"), copy_prefix, copy_chain, ex.scoped(copy_prefix, local, {}, resolve),
+                     name)
+            records.append(SweepCopy(i, copy_id(values), values, copy_prefix))
+        self.select(ex, spec, spath, name, chain, local, numbers, copies)
+        self.gather(ex, spec, spath, name, chain, local, len(copies))
+        self.combine(ex, spec, spath, name, chain, local, numbers, copies)
+        ex.searches.append(Search(name, tuple(copies[0]), tuple(records), spath, self.table(ex, spec, spath, name, local),
+                                  self.selected(spec), bool(spec.get("allow_failures", False))))
+
+    @staticmethod
+    def value_path(spec: Mapping[str, Any], spath: YamlPath, i: int, param: str) -> YamlPath:
+        """Where copy ``i``'s value of ``param`` is written (or drawn), for diagnostics about it."""
+        if "values" in spec:
+            return (*spath, "values", i)
+        if "copies" in spec:
+            return (*spath, "copies", i, param)
+        return (*spath, "grid" if "grid" in spec else "random", *(("params",) if "random" in spec else ()), param)
+
+    @staticmethod
+    def devices(ex: Expander, spec: Mapping[str, Any], spath: YamlPath, name: str, chain: Chain) -> list[Any]:
+        if "devices" in spec:
+            ex.diagnostics.append(ex.doc.diagnostic(
+                "sweep-devices", (*spath, "devices"), f"sweep '{name}': devices: is now spread: (on an op, "
+                "/gpu:* lets Dask choose a GPU; a sweep spreads its copies over every device listed or matched)",
+                "rename devices: to spread:", "warning", key=True))
+        written = spec.get("spread", spec.get("devices"))
+        if written is None:
+            return []
+        where = (*spath, "spread" if "spread" in spec else "devices")
+        return ex.device_list(written, where, f"sweep '{name}'", chain)
+
+    @staticmethod
+    def selected(spec: Mapping[str, Any]) -> tuple[str, str] | None:
         select = spec.get("select")
         if not select:
-            return
+            return None
         mode, metric = next(iter(select.items()))
-        sel_path = (*spath, "select", mode)
-        if not ex.body_defines(local - {param}, str(metric), sel_path, "select", name):
+        return str(mode), str(metric)
+
+    def select(self, ex: Expander, spec: Mapping[str, Any], spath: YamlPath, name: str, chain: Chain,
+               local: set[str], numbers: list[str], copies: list[dict[str, Any]]) -> None:
+        chosen = self.selected(spec)
+        if chosen is None:
             return
-        metrics = tuple(OpRef(f"{name}/{i}/{metric}") for i in range(len(values)))
+        mode, metric = chosen
+        sel_path = (*spath, "select", mode)
+        if not ex.body_defines(local - set(numbers), metric, sel_path, "select", name):
+            return
+        n = len(copies)
+        one = len(copies[0]) == 1 and len(numbers) == 1
+        values = [c[numbers[0]] for c in copies] if one else list(range(n))
+        metrics = tuple(OpRef(f"{name}/{i}/{metric}") for i in range(n))
         ex.ops.append(Op(f"{name}.best", "select", metrics, {"mode": mode, "values": values}, sel_path,
                          device_chain=chain, group=name))
-        for local_name in sorted(ex.local_names(body)):
-            picks = tuple(OpRef(f"{name}/{i}/{local_name}") for i in range(len(values)))
-            ex.ops.append(Op(f"{name}.{local_name}", "pick", metrics + picks, {"mode": mode, "n": len(values)},
+        taken = set(spec.get("gather") or {}) | set(spec.get("combine") or {})  # those names are theirs
+        for local_name in sorted(local - taken):
+            picks = tuple(OpRef(f"{name}/{i}/{local_name}") for i in range(n))
+            ex.ops.append(Op(f"{name}.{local_name}", "pick", metrics + picks, {"mode": mode, "n": n},
                              sel_path, device_chain=chain, group=name))
             ex.pick_candidates.add(f"{name}.{local_name}")
 
+    @staticmethod
+    def gather(ex: Expander, spec: Mapping[str, Any], spath: YamlPath, name: str, chain: Chain,
+               local: set[str], n: int) -> None:
+        for out, of in (spec.get("gather") or {}).items():
+            where = (*spath, "gather", out)
+            if ex.body_defines(local, str(of), where, "gather", name):
+                ex.ops.append(Op(f"{name}.{out}", "stack", tuple(OpRef(f"{name}/{i}/{of}") for i in range(n)),
+                                 {"axis": 0}, where, device_chain=chain, group=name))
+
+    @staticmethod
+    def combine(ex: Expander, spec: Mapping[str, Any], spath: YamlPath, name: str, chain: Chain,
+                local: set[str], numbers: list[str], copies: list[dict[str, Any]]) -> None:
+        for out, how in (spec.get("combine") or {}).items():
+            where = (*spath, "combine", out)
+            if not ex.body_defines(local, str(out), where, "combine", name, key=True):
+                continue
+            refs = tuple(OpRef(f"{name}/{i}/{out}") for i in range(len(copies)))
+            params: dict[str, Any] = {"axis": 0} if how == "concat" else {}
+            kind = COMBINE_KIND.get(how, "mean_n") if isinstance(how, str) else "mean_n"
+            if kind == "mean_n":
+                by = how.get("weighted_by") if isinstance(how, dict) else None
+                if by is not None and str(by) not in numbers:
+                    ex.diagnostics.append(ex.doc.diagnostic(
+                        "combine-weights", (*where, "weighted_by"), f"combine '{out}' of sweep '{name}' is weighed by "
+                        f"'{by}', which is not a number every copy is given",
+                        f"numbers of the copies: {', '.join(numbers) or 'none'}"))
+                    continue
+                params = {"weights": [c[str(by)] for c in copies] if by is not None else [1] * len(copies)}
+            ex.ops.append(Op(f"{name}.{out}", kind, refs, params, where, device_chain=chain, group=name))
+
+    @staticmethod
+    def table(ex: Expander, spec: Mapping[str, Any], spath: YamlPath, name: str, local: set[str]) -> Table | None:
+        table = spec.get("table")
+        if table is None:
+            return None
+        metrics = [str(m) for m in table.get("metrics") or []]
+        for i, metric in enumerate(metrics):
+            ex.body_defines(local, metric, (*spath, "table", "metrics", i), "table", name)
+        return Table(str(table["path"]), tuple(metrics), (*spath, "table"))
+
     def local_names(self, ex: Expander, item: Mapping[str, Any]) -> set[str]:
-        body = (item.get("sweep") or {}).get("body") or []
-        return {f"{item.get('name')}.best"} | {f"{item.get('name')}.{n}" for n in ex.local_names(body)}
+        spec = item.get("sweep") or {}
+        body = spec.get("body") or []
+        name = item.get("name")
+        made = {f"{name}.{n}" for n in ex.local_names(body) | set(_numbers_written(spec))}
+        made |= {f"{name}.{n}" for n in (spec.get("gather") or {})} | {f"{name}.{n}" for n in (spec.get("combine") or {})}
+        return {f"{name}.best"} | made
 
     def body(self, item: Mapping[str, Any]) -> tuple[Sequence[Any], tuple[str, ...]]:
         return item["sweep"]["body"], ("sweep", "body")
@@ -62,8 +177,34 @@ class Sweep:
     def size(self, item: Mapping[str, Any], items: Callable[[Sequence[Any]], int],
              devices: Callable[[Any], int]) -> int:
         spec = item["sweep"]
-        values = len(spec["values"])
-        return values * (items(spec["body"]) + 1) + 1 + len(spec["body"])
+        copies = space_size(spec)
+        extra = len(spec.get("gather") or {}) + len(spec.get("combine") or {})
+        return copies * (items(spec["body"]) + len(_numbers_written(spec))) + 1 + len(spec["body"]) + extra
+
+
+def _numbers_written(spec: Mapping[str, Any]) -> list[str]:
+    """The parameters of a space as written (which are numbers is known only once it is read)."""
+    if "grid" in spec:
+        return [str(k) for k in spec["grid"]]
+    if "random" in spec:
+        return [str(k) for k in (spec["random"].get("params") or {})]
+    if "copies" in spec:
+        return [str(k) for k in (spec["copies"][0] if spec["copies"] else {})]
+    return [str(spec.get("param"))]
+
+
+def space_size(spec: Mapping[str, Any]) -> int:
+    """How many copies a space makes, before reading it (a glob axis counts as the files it may match: 1)."""
+    if "grid" in spec:
+        size = 1
+        for axis in spec["grid"].values():
+            size *= len(axis) if isinstance(axis, list) else 1
+        return size
+    if "random" in spec:
+        return int(spec["random"].get("samples", 0))
+    if "copies" in spec:
+        return len(spec["copies"])
+    return len(spec.get("values") or [])
 
 
 SWEEP = Sweep()

@@ -45,7 +45,7 @@ from .loops import check_loops
 from .training import settle_loops
 from .names import check_name_keys, once_per_copy
 from .outputs import check_outputs
-from .schema import check_schema, schema, schema_text
+from .schema import check_copy_items, check_schema, schema, schema_text
 from .topology import build_cluster, build_placement, scheduler_problem
 
 __all__ = ["schema", "schema_text", "scheduler_problem", "topological_order", "validate"]
@@ -84,6 +84,7 @@ def _validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
         return None, sorted(c.diags, key=lambda d: (d.severity != "error", d.line, d.column))
     expansion = expand(doc, data["graph"], cluster)
     c.diags.extend(expansion.diagnostics)
+    c.diags.extend(check_copy_items(doc, expansion.copy_bodies))
     if not expansion.complete:  # a graph too big to expand: its ops are not all there to check
         return None, sorted(c.diags, key=lambda d: (d.severity != "error", d.line, d.column))
     by_name = check_ops(c, expansion.ops)
@@ -113,5 +114,5 @@ def _validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
         return None, diags
     spec = Spec(doc, str(data.get("name") or os.path.splitext(os.path.basename(doc.file))[0]), cluster, placement,
                 tuple(order), values, outputs, tuple(loops), run, bool(data.get("cache", False)),
-                expansion.cache_scopes)
+                expansion.cache_scopes, sweeps=expansion.searches)
     return spec, diags

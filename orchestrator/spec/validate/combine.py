@@ -37,7 +37,9 @@ Values = Mapping[str, tuple[ValueInfo, ...]]
 def settle_weights(c: Checker, order: Sequence[Op], values: Values) -> list[Op]:
     """``order`` with each ``mean_n`` carrying its ``weights``; an error where they cannot be known."""
     by_name = {op.name: op for op in order}
-    return [_weighed(c, op, by_name, values) if op.kind == "mean_n" else op for op in order]
+    # a sweep's mean carries its weights already (equal, or each copy's weighted_by value)
+    return [_weighed(c, op, by_name, values) if op.kind == "mean_n" and "split" in op.params else op
+            for op in order]
 
 
 def _weighed(c: Checker, op: Op, by_name: Mapping[str, Op], values: Values) -> Op:

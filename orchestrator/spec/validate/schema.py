@@ -33,6 +33,7 @@ from .spelling import BOOL_KEYS, finite_problem, non_text_key, short, show, writ
 
 __all__ = [
     "BOOL_KEYS",
+    "check_copy_items",
     "check_schema",
     "finite_problem",
     "non_text_key",
@@ -147,9 +148,40 @@ def check_schema(doc: Document) -> list[Diagnostic]:
     found: dict[tuple[YamlPath, str], Diagnostic] = {}
     for error in _full_validator().iter_errors(doc.data):
         for leaf in _leaves(error):
+            if _copy_use(leaf):  # checked once the sweep has put each copy's value there (check_copy_items)
+                continue
             diag = schema_diagnostic(doc, leaf)
             if diag is not None:
                 found.setdefault((diag.path, diag.message), diag)
+    return sorted(found.values(), key=lambda d: (d.line, d.column, d.message))
+
+
+_WHOLE_COPY_USE = re.compile(r"\s*\$\{\s*copy\.[A-Za-z0-9_]+\s*\}\s*\Z")
+
+
+def _copy_use(error: Any) -> bool:
+    """A complaint about a ``${copy.NAME}`` standing for a whole value inside a sweep's body."""
+    path = list(error.absolute_path)
+    inside = any(a == "sweep" and b == "body" for a, b in zip(path, path[1:]))
+    return inside and isinstance(error.instance, str) and _WHOLE_COPY_USE.match(error.instance) is not None
+
+
+@lru_cache(maxsize=1)
+def _item_validator() -> Any:
+    return type(_full_validator())({"$defs": schema()["$defs"], "$ref": "#/$defs/item"})
+
+
+def check_copy_items(doc: Document, bodies: Iterable[tuple[YamlPath, int, Any]]) -> list[Diagnostic]:
+    """Each sweep body with its copy's values in place, against the schema (the first copy a value fails in)."""
+    found: dict[YamlPath, Diagnostic] = {}
+    for path, copy, body in bodies:
+        for index, item in enumerate(body):
+            for error in _item_validator().iter_errors(item):
+                for leaf in _leaves(error):
+                    where = (*path, index, *leaf.absolute_path)
+                    diag = schema_diagnostic(doc, leaf)
+                    if diag is not None and where not in found:
+                        found[where] = doc.diagnostic(diag.code, where, f"in copy {copy}: {diag.message}", diag.hint)
     return sorted(found.values(), key=lambda d: (d.line, d.column, d.message))
 
 
