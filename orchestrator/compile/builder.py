@@ -31,8 +31,30 @@ from .records import CompiledGraph, Located
 from ..plan.records import Partition, Plan
 from ..spec.records import OpRef
 from ..ops import lookup
-from ..runtime import OpTask, PartitionTask, move, resources_for, run_op, run_partition, to_host
+from ..runtime import OpTask, PartitionTask, move, resources_for, run_op, run_partition, slot_resources, to_host
 from ..runtime import token as control_token
+
+
+def thread_slots(plan: Plan) -> tuple[dict[str, float], dict[str, int]]:
+    """(copy op -> the slots its task takes, GPU -> the slots every other task takes) on GPUs of several threads.
+
+    A GPU worker offers a slot per thread. Its tasks take them all, so they run
+    one at a time as the memory plan counts them; a copy of a sweep packed
+    ``at_once`` there takes a hair under ``threads / at_once``, so ``at_once``
+    copies fit and one more does not (``plan.memory.packing``): Dask's
+    resources are numbers, and its sums of them may round either way.
+    """
+    gpu_slots = {d.name: d.threads for d in plan.spec.cluster.devices if d.is_gpu and d.threads > 1}
+    copy_slots: dict[str, float] = {}
+    if not gpu_slots:
+        return copy_slots, gpu_slots
+    for packing, search in zip(plan.packing, plan.spec.sweeps):
+        for p in plan.placements:
+            copy = search.copy_of(p.op)
+            device = packing.device(p.device_name) if copy is not None else None
+            if device is not None and p.device_name in gpu_slots:
+                copy_slots[p.op] = device.threads / device.at_once * (1 - 1e-9)
+    return copy_slots, gpu_slots
 
 
 def _short(device: DeviceSpec) -> str:
@@ -65,14 +87,21 @@ class GraphBuilder:
         self.shared = set(shared_keys)
         self.readers = readers if readers is not None else op_readers(plan)
         self._resources_of: dict[DeviceSpec, Mapping[str, float]] = {}
+        self.copy_slots, self.gpu_slots = thread_slots(plan)
         self.default_timeout, self.log = plan.spec.run.timeout, plan.spec.placement.log
 
     def add(self, key: str, task: Any, device: DeviceSpec, op: str, n_retries: int) -> None:
         self.tasks[key] = task
-        resources = self._resources_of.get(device)
-        if resources is None:  # one (read-only) mapping per device, shared by its tasks
-            resources = self._resources_of[device] = resources_for(device)
-        self.resources[key] = resources
+        share = self.copy_slots.get(op)
+        if share is not None:  # a packed copy's task: its share of the GPU's slots
+            self.resources[key] = slot_resources(device, share)
+        else:
+            resources = self._resources_of.get(device)
+            if resources is None:  # one (read-only) mapping per device, shared by its tasks
+                slots = self.gpu_slots.get(device.to_string())
+                resources = resources_for(device) if slots is None else slot_resources(device, slots)
+                self._resources_of[device] = resources
+            self.resources[key] = resources
         self.retries[key] = n_retries
         self.owner[key] = op
 

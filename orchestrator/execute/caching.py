@@ -28,7 +28,7 @@ import numpy as np
 
 from ..cache import Cache, Keys, compute_keys, default_directory, why_again
 from ..plan.records import Plan
-from ..spec.records import Loop
+from ..spec.records import Loop, Spec
 
 
 @dataclass
@@ -138,7 +138,16 @@ class CacheUse:
         return f"ran: {self.reasons[name]}" if name in self.reasons else ""
 
 
-__all__ = ["CacheUse", "default_directory"]
+def outermost_loop(spec: Spec, name: str) -> str:
+    """The outermost loop an op belongs to (its body or its exports), or "" (its cache record is the loop's)."""
+    for loop in spec.loops:
+        if name.startswith((loop.name + "/", loop.name + ".")) and not any(
+                loop.name.startswith(other.name + "/") for other in spec.loops):
+            return loop.name
+    return ""
+
+
+__all__ = ["CacheUse", "default_directory", "outermost_loop"]
 
 
 def _is_export(plan: Plan, name: str, loops: set[str]) -> bool:

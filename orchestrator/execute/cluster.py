@@ -51,7 +51,8 @@ def visible_gpus(device: Device, all_physical: tuple[GpuId, ...]) -> str:
 
 
 def worker_env(device: Device, all_physical: tuple[GpuId, ...]) -> dict[str, str]:
-    env = {name: str(device.threads) for name in THREAD_VARIABLES}
+    # a GPU's threads run copies side by side, each of whose host work needs one BLAS thread at most
+    env = {name: str(device.threads if not device.is_gpu else 1) for name in THREAD_VARIABLES}
     env["CUDA_VISIBLE_DEVICES"] = visible_gpus(device, all_physical) if device.is_gpu else ""
     return env
 

@@ -72,13 +72,18 @@ def metric_value(loop: str, metric: str, value: Any, step: int) -> np.ndarray:
     return array
 
 
-def write_outputs(spec: Spec, values: Mapping[str, Any], output_dir: str,
-                  echo: Callable[[str], None]) -> tuple[str, ...]:
-    """Write the spec's file outputs (and print the ``-`` ones); the paths written."""
+def write_outputs(spec: Spec, values: Mapping[str, Any], output_dir: str, echo: Callable[[str], None],
+                  texts: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Write the spec's file outputs (and print the ``-`` ones); the paths written.
+
+    ``texts``: outputs written as this text rather than their value (a sweep's ``table:``)."""
     allow = spec.run.allow_absolute_paths
+    texts = texts or {}
     staged: list[tuple[str, Any]] = []
     for out in spec.outputs:
-        value = np.asarray(values[str(out.ref)])
+        value: Any = texts.get(str(out.ref))
+        if value is None:
+            value = np.asarray(values[str(out.ref)])
         if out.target == "-":
             continue
         staged.append((resolve_output(out.target, output_dir, allow), value))
@@ -91,7 +96,10 @@ def write_outputs(spec: Spec, values: Mapping[str, Any], output_dir: str,
             handle = ctx.__enter__()
             temps.append((ctx, path))  # before writing: a failed write must remove its temp too
             try:
-                formats.write_array(handle, path, value)
+                if isinstance(value, str):
+                    handle.write(value.encode())
+                else:
+                    formats.write_array(handle, path, value)
             except ValueError as exc:
                 raise RunError(str(exc)) from None
     except BaseException as exc:

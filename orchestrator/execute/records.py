@@ -162,6 +162,8 @@ class RunReport:
     # loop -> the step picture of its sampled steps (gang windows): see execute.steps
     loop_steps: Mapping[str, Any] = field(default_factory=dict)
     transport: str = ""  # how loop windows' values went between workers: "links" or "dask-comms"
+    # sweep -> its params, each copy (id, values, device, wave, start, stop, status) and its devices' packing
+    sweeps: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def placement(self) -> dict[str, dict[str, int]]:
@@ -182,7 +184,7 @@ class RunReport:
                 "totals": self.totals.as_dict(), "restarted_devices": list(self.restarted_devices),
                 "unverified": list(self.unverified), "phases_seconds": dict(self.phases_seconds),
                 "granularity": self.granularity, "loops": dict(self.loops),
-                "loop_steps": dict(self.loop_steps), "transport": self.transport,
+                "loop_steps": dict(self.loop_steps), "transport": self.transport, "sweeps": dict(self.sweeps),
                 "transfers": [t.as_dict() for t in self.transfers],
                 "params": [p.as_dict() for p in self.params]}
 

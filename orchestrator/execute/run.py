@@ -42,13 +42,14 @@ from .records import RunReport, RunResult, RunSettings, RunTotals, TransferRecor
 from ..paths import PathUse
 from ..perf import paused_gc
 from ..runtime import LOG_TOPIC, commit_saves, discard_saves, drain_records
-from .caching import CacheUse, default_directory
+from .caching import CacheUse, default_directory, outermost_loop
 from .checkpointing import writer_for
 from .progress import LoopProgress
 from .cluster import dask_settings, device_configs, scheduler_config
 from .connect import choose_backend, connect, cuda_counter, prestart, wait_for_devices
 from .loops import StagedRun
 from .outputs import MetricFiles, refuse_overwrites, write_outputs
+from .searches import with_sweeps
 from .accounting import device_records, op_records, verify
 from .watch import SchedulerWatch, tell_workers
 from .steps import step_pictures
@@ -240,7 +241,9 @@ class Runner:
     def finish(self, report: RunReport, values: dict[str, Any], commit: Callable[[], Iterable[str]],
                link: str | None) -> RunResult:
         """After a run that succeeded: the outputs, then the checkpoints into place, then the report file."""
-        written = write_outputs(self.spec, values, self.output_dir, self.echo) if self.settings.write_outputs else ()
+        report, tables = with_sweeps(self.plan, report, values)
+        written = write_outputs(self.spec, values, self.output_dir, self.echo, tables) \
+            if self.settings.write_outputs else ()
         # checkpoints saved by ops take their places only now that the whole run has succeeded
         for path in sorted(commit()):
             self.echo(f"saved {os.path.relpath(path)}")
@@ -344,14 +347,6 @@ class Runner:
 
     # ------------------------------------------------------------------ after the run
 
-    def _loop_of(self, name: str) -> str:
-        """The outermost loop an op belongs to (its body or its exports), or ""."""
-        for loop in self.spec.loops:
-            if name.startswith((loop.name + "/", loop.name + ".")) and not any(
-                    loop.name.startswith(other.name + "/") for other in self.spec.loops):
-                return loop.name
-        return ""
-
     def _report(self, drained: Mapping[str, Any], started: float, elapsed: float) -> RunReport:
         events = [r for worker in drained.values() for r in worker["records"]]
         stats = {addr: {"ran_on": worker["ran_on"], **worker["memory"]} for addr, worker in drained.items()}
@@ -363,7 +358,7 @@ class Runner:
                           for worker in drained.values() for key, nbytes, start, stop, source in worker["received"])
         records, exchanged = op_records(self.plan, events)
         if self.cache is not None:
-            records = tuple(replace(r, cache=self.cache.record(r.name) or self.cache.record(self._loop_of(r.name)))
+            records = tuple(replace(r, cache=self.cache.record(r.name) or self.cache.record(outermost_loop(self.spec, r.name)))
                             for r in records)
         checked, unverified = verify(records, self.not_run, restarted)
         if unverified:

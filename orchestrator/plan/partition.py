@@ -131,6 +131,7 @@ class _Open:
     imports: frozenset[str]
     retries: int
     depends: dict[str, frozenset[str]] = field(default_factory=dict)  # op -> the imports it depends on
+    copy: str | None = None  # the sweep copy (its prefix) whose ops on a packed GPU make this partition
 
 
 def partition(plan: Plan, names: Sequence[str] | None = None, external: Collection[str] = (),
@@ -151,6 +152,7 @@ def partition(plan: Plan, names: Sequence[str] | None = None, external: Collecti
     if threads is None:
         threads = {d.name: d.threads for d in spec.cluster.devices}
     needs_of, exports, readers = _reads(plan, where, members, cut_after)
+    copy_of = _copies_on_shared_gpus(plan, members, where, threads)
     parts: list[tuple[DeviceSpec, list[str], int]] = []
     open_on: dict[str, _Open] = {}
     default_retries = spec.run.retries
@@ -162,7 +164,15 @@ def partition(plan: Plan, names: Sequence[str] | None = None, external: Collecti
         needs = needs_of[name]
         part = open_on.get(device)
         joined = False
-        if part is not None:
+        copy = copy_of.get(name)
+        if part is not None and (copy is not None or part.copy is not None):
+            joined = copy is not None and part.copy == copy and part.retries == retries and \
+                _joins_copy(part, needs, copy)
+            if joined:
+                part.imports = part.imports | frozenset(n for n in needs if n not in part.depends)
+                part.ops.append(name)
+                part.depends[name] = part.imports
+        elif part is not None:
             depends_of = part.depends
             local = [n for n in needs if n in depends_of]
             outside = _NONE if len(local) == len(needs) else frozenset(n for n in needs if n not in depends_of)
@@ -178,12 +188,39 @@ def partition(plan: Plan, names: Sequence[str] | None = None, external: Collecti
                 joined = True
         if not joined:
             imports = frozenset(needs)
-            part = _Open([name], imports, retries, {name: imports})
+            part = _Open([name], imports, retries, {name: imports}, copy)
             parts.append((placements[name].device, part.ops, retries))
             open_on[device] = part
-        if device.endswith(":*") or name in exports:
+        if device.endswith(":*") or (name in exports and copy is None):
             open_on.pop(device, None)
     return tuple(Partition(i, device, tuple(ops), retries) for i, (device, ops, retries) in enumerate(parts))
+
+
+def _copies_on_shared_gpus(plan: Plan, members: Collection[str], where: Mapping[str, str],
+                           threads: Mapping[str, int]) -> dict[str, str]:
+    """Op -> its sweep copy's prefix, for copy ops on a GPU of several threads: each copy is one task there.
+
+    The plan packs copies on such a GPU (``plan.memory.packing``), counting
+    what a copy holds as one whole; its ops in one partition keep a copy from
+    being half run while others start. Its values leave when the copy ends.
+    """
+    gpus = {d.name for d in plan.spec.cluster.devices if d.is_gpu and threads.get(d.name, 1) > 1}
+    if not gpus:
+        return {}
+    out = {}
+    for search in plan.spec.sweeps:
+        for name in members:
+            copy = search.copy_of(name) if where[name] in gpus else None
+            if copy is not None:
+                out[name] = copy.prefix
+    return out
+
+
+def _joins_copy(part: _Open, needs: Sequence[str], copy: str) -> bool:
+    """A copy's op joins its copy's open partition unless it needs a value of the copy made elsewhere
+    (that value may wait for this partition: joining would make a cycle). Its other inputs join the imports."""
+    members = set(part.ops)
+    return not any(n.startswith(copy) and n not in members for n in needs)
 
 
 def _reads(plan: Plan, where: Mapping[str, str], members: Collection[str], cut_after: Collection[str]) \

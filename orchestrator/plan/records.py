@@ -128,12 +128,48 @@ class TaskPlan:
 
 
 @dataclass(frozen=True)
+class CopySlot:
+    """Where and when one copy of a sweep runs: its device, and its wave there (wave w starts as w-1 ends)."""
+
+    index: int
+    id: str
+    device: str
+    wave: int
+
+
+@dataclass(frozen=True)
+class DevicePacking:
+    """How many copies of one sweep a device runs at once, and the memory that allows it."""
+
+    device: str
+    copies: int
+    at_once: int
+    per_copy: int | None  # the most one copy holds there (None: a size is unknown)
+    peak_alone: int  # the device's planned peak running the copies one at a time
+    peak: int  # its planned peak packed (at_once copies beside each other)
+    limit: int | None
+    threads: int
+    why: str
+
+
+@dataclass(frozen=True)
+class SweepPacking:
+    name: str
+    copies: tuple[CopySlot, ...]
+    devices: tuple[DevicePacking, ...]
+
+    def device(self, name: str) -> DevicePacking | None:
+        return next((d for d in self.devices if d.device == name), None)
+
+
+@dataclass(frozen=True)
 class Plan:
     spec: Spec
     placements: tuple[Placement, ...]
     memory: tuple[DeviceMemory, ...] = ()
     diagnostics: tuple[Diagnostic, ...] = ()
     tasks: TaskPlan | None = None  # set by plan_tasks, after placement and before the memory plan
+    packing: tuple[SweepPacking, ...] = ()  # set by plan_memory: each sweep's copies, packed by memory
 
     def placement(self, op: str) -> Placement:
         return self.placement_index[op]

@@ -15,6 +15,7 @@ from ..plan.records import DeviceMemory, Partition, Placement, Plan
 from ..ops import tf_name
 from ..spec.params import describe
 from .sarif import diagnostics_sarif
+from .sweeps import packing_dict, packing_lines, sweep_run_lines
 
 PLAN_JSON_VERSION = 1
 
@@ -119,7 +120,7 @@ def plan_text(plan: Plan) -> str:
         if m.device.endswith(":*"):
             lines.append(f"  note: Dask picks the GPU of {m.device} ops at run time; "
                          "their memory is counted as if on one GPU")
-    lines += _tasks_text(plan)
+    lines += _tasks_text(plan) + packing_lines(plan)
     lines.append("")
     lines.append("placement (op: (Type): device  # why):")
     for p in plan.placements:
@@ -129,7 +130,9 @@ def plan_text(plan: Plan) -> str:
             lines.append(f"    <- {t.ref} from {t.source} ({size})")
         weights = combine_weights(plan, p.op)
         if weights is not None:
-            shares = ", ".join(str(Fraction(w, sum(weights["relative"]))) for w in weights["relative"])
+            total = sum(weights["relative"])
+            shares = ", ".join(str(Fraction(w, total)) if isinstance(total, int) else f"{w / total:.3g}"
+                               for w in weights["relative"])
             lines.append(f"    weights {shares} ({_weighed_by(weights['split'])})")
     return "\n".join(lines) + "\n"
 
@@ -139,7 +142,7 @@ def combine_weights(plan: Plan, name: str) -> dict[str, Any] | None:
     op = plan.spec.op(name)
     if op.kind != "mean_n" or "weights" not in op.params:
         return None
-    relative = [int(w) for w in op.params["weights"]]
+    relative = [w if isinstance(w, float) else int(w) for w in op.params["weights"]]  # a sweep's may be any number
     return {"copies": [w / sum(relative) for w in relative], "relative": relative,
             "split": [str(s) for s in op.params.get("split", ())]}
 
@@ -183,6 +186,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "loops": {loop.name: {"mode": plan.loop_mode(loop.name).mode, "why": plan.loop_mode(loop.name).why}
                   for loop in spec.loops},
         "params": [p.as_dict() for p in spec.params],
+        "sweeps": packing_dict(plan),
         "diagnostics": [d.as_dict() for d in plan.diagnostics],
     }
 
@@ -301,7 +305,7 @@ def placement_summary(run_report: Mapping[str, Any]) -> str:
                  f"{_count(totals['moves'], 'planned transfer')}, "
                  f"Dask moved {format_bytes(dask_moved)} in {totals.get('transfers_seen', 0)}{sent}; "
                  f"placement verified against the plan")
-    lines += ["  " + line for line in loop_step_lines(run_report)]
+    lines += ["  " + line for line in [*loop_step_lines(run_report), *sweep_run_lines(run_report)]]
     return "\n".join(lines) + "\n"
 
 

@@ -23,7 +23,7 @@ when it installs a device's :class:`Runtime` on a worker.
 from .exchange import Mailbox, Sent, Tag, bind_courier
 from .links import SECRET_BYTES as LINK_SECRET_BYTES
 from .partition_task import PartitionTask, run_partition
-from .resources import device_resource, resources_for, task_resource, worker_resources
+from .resources import device_resource, resources_for, slot_resources, task_resource, worker_resources
 from .device import (LOG_TOPIC, RUNTIME_ATTRIBUTE, OpTask, Runtime, abort_run, bind, commit_saves, discard_saves,
                       drain_records, move, open_links, run_op, set_links, to_host, token)
 from .windows import ARG, LOCAL, RECEIVED, STATE, StateRule, WindowTask, run_window
@@ -31,5 +31,5 @@ from .windows import ARG, LOCAL, RECEIVED, STATE, StateRule, WindowTask, run_win
 __all__ = ["ARG", "LINK_SECRET_BYTES", "LOCAL", "LOG_TOPIC", "RECEIVED", "RUNTIME_ATTRIBUTE", "STATE", "Mailbox", "OpTask", "Sent", "Tag", "PartitionTask",
            "Runtime", "StateRule", "WindowTask", "abort_run", "bind", "bind_courier", "commit_saves", "device_resource",
            "discard_saves",
-           "drain_records", "move", "open_links", "resources_for", "set_links", "run_op", "run_partition", "run_window", "task_resource",
+           "drain_records", "move", "open_links", "resources_for", "set_links", "slot_resources", "run_op", "run_partition", "run_window", "task_resource",
            "to_host", "token", "worker_resources"]

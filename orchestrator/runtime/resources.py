@@ -29,6 +29,11 @@ def resources_for(device: DeviceSpec) -> dict[str, float]:
     return {device_resource(device.to_string()): 1}
 
 
+def slot_resources(device: DeviceSpec, slots: float) -> dict[str, float]:
+    """What a task taking ``slots`` of its pinned device's thread slots asks for (a GPU of several threads)."""
+    return {device_resource(device.to_string()): float(slots)}
+
+
 def worker_resources(device: Device) -> dict[str, float]:
     """What the worker standing for ``device`` offers: one slot per thread of its identity resources."""
     slots = float(device.threads)

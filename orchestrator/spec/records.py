@@ -86,6 +86,7 @@ class Job:
     virtual_gpus: int
     gpu_memory: GpuMemory
     path: YamlPath
+    gpu_threads: int = 1  # a GPU worker's threads: a sweep's copies may share it, nothing else does
 
     @property
     def logical_gpus(self) -> int:

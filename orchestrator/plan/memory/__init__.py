@@ -77,6 +77,7 @@ from ...errors import Diagnostic, format_bytes
 from ..records import DeviceMemory, Plan
 from ...spec.records import Cluster
 from .loops import in_loops
+from .packing import pack
 from .outer import outside_loops, transfers, transients
 from .timeline import Held, schedule, scopes, timeline
 
@@ -102,12 +103,16 @@ def plan_memory(plan: Plan, granularity: str = "partition") -> Plan:
         limit = _limit(plan, device)
         peak, peak_op, over_op, largest = _peak(held.get(device, []), names, line.step_of, limit)
         vague = tuple(sorted(unknown[device], key=line.step_of.__getitem__))
-        memory = DeviceMemory(device, tuple(names), peak, peak_op, limit, vague, bytes_in.get(device, 0),
-                              bytes_out.get(device, 0), over_op, largest)
-        memories.append(memory)
+        memories.append(DeviceMemory(device, tuple(names), peak, peak_op, limit, vague, bytes_in.get(device, 0),
+                                     bytes_out.get(device, 0), over_op, largest))
+    packing = pack(plan, held, unknown, {m.device: m.peak for m in memories}, {m.device: m.limit for m in memories})
+    packed_peaks = {d.device: d.peak for p in packing for d in p.devices if d.at_once > 1}
+    # copies side by side: the device's peak is the packed bound (its op at the peak stays the sequential one)
+    memories = [replace(m, peak=max(m.peak, packed_peaks.get(m.device, 0))) for m in memories]
+    for memory in memories:
         diagnostics.extend(_judge(plan, memory))
     memories.sort(key=lambda m: _device_order(plan.spec.cluster, m.device))
-    return replace(plan, memory=tuple(memories), diagnostics=tuple(diagnostics))
+    return replace(plan, memory=tuple(memories), diagnostics=tuple(diagnostics), packing=packing)
 
 
 def _peak(held: Sequence[Held], names: Sequence[str], step_of: Mapping[str, int],

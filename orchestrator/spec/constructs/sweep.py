@@ -68,8 +68,9 @@ class Sweep:
         self.select(ex, spec, spath, name, chain, local, numbers, copies)
         self.gather(ex, spec, spath, name, chain, local, len(copies))
         self.combine(ex, spec, spath, name, chain, local, numbers, copies)
-        ex.searches.append(Search(name, tuple(copies[0]), tuple(records), spath, self.table(ex, spec, spath, name, local),
-                                  self.selected(spec), bool(spec.get("allow_failures", False))))
+        table = self.table(ex, spec, spath, name, local, len(copies), chain)
+        ex.searches.append(Search(name, tuple(copies[0]), tuple(records), spath, table, self.selected(spec),
+                                  bool(spec.get("allow_failures", False))))
 
     @staticmethod
     def value_path(spec: Mapping[str, Any], spath: YamlPath, i: int, param: str) -> YamlPath:
@@ -154,13 +155,17 @@ class Sweep:
             ex.ops.append(Op(f"{name}.{out}", kind, refs, params, where, device_chain=chain, group=name))
 
     @staticmethod
-    def table(ex: Expander, spec: Mapping[str, Any], spath: YamlPath, name: str, local: set[str]) -> Table | None:
+    def table(ex: Expander, spec: Mapping[str, Any], spath: YamlPath, name: str, local: set[str], n: int,
+              chain: Chain) -> Table | None:
         table = spec.get("table")
         if table is None:
             return None
-        metrics = [str(m) for m in table.get("metrics") or []]
-        for i, metric in enumerate(metrics):
-            ex.body_defines(local, metric, (*spath, "table", "metrics", i), "table", name)
+        metrics = [str(m) for m in table["metrics"]]
+        known = [ex.body_defines(local, m, (*spath, "table", "metrics", i), "table", name) for i, m in enumerate(metrics)]
+        if all(known):  # every copy's metrics, copy by copy: the run reads them as rows
+            refs = tuple(OpRef(f"{name}/{i}/{m}") for i in range(n) for m in metrics)
+            ex.ops.append(Op(f"{name}.table", "stack", refs, {"axis": 0}, (*spath, "table", "metrics"),
+                             device_chain=chain, group=name))
         return Table(str(table["path"]), tuple(metrics), (*spath, "table"))
 
     def local_names(self, ex: Expander, item: Mapping[str, Any]) -> set[str]:

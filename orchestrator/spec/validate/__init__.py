@@ -108,7 +108,7 @@ def _validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
     check_loops(c, loops, values)
     check_devices(c, ops, cluster, placement)
     check_rules(c, ops, placement)
-    outputs = check_outputs(c, data, by_name, run, values)
+    outputs = check_outputs(c, data, by_name, run, values, expansion.searches)
     diags = sorted(once_per_copy(c.diags), key=lambda d: (d.severity != "error", d.line, d.column))
     if any(d.is_error for d in diags):
         return None, diags

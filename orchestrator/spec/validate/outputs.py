@@ -8,12 +8,12 @@ never fails after computing everything because of a file it cannot write.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from ... import formats
 from ...errors import YamlPath, did_you_mean
 from ...ops.values import ValueInfo
-from ..records import Op, OpRef, Output, RunOptions
+from ..records import Op, OpRef, Output, RunOptions, Search
 from ...ops import lookup
 from .checker import Checker
 from .graph import check_ref, fmt_shape, label
@@ -82,7 +82,7 @@ def _check_rank(c: Checker, fmt: formats.FileFormat, info: ValueInfo | None, pat
 
 
 def check_outputs(c: Checker, data: Mapping[str, Any], by_name: Mapping[str, Op], run: RunOptions,
-                  values: Mapping[str, tuple[ValueInfo, ...]]) -> tuple[Output, ...]:
+                  values: Mapping[str, tuple[ValueInfo, ...]], searches: Sequence[Search] = ()) -> tuple[Output, ...]:
     out = []
     names = list(by_name)
     files = _Files(c, run)
@@ -126,7 +126,33 @@ def check_outputs(c: Checker, data: Mapping[str, Any], by_name: Mapping[str, Op]
                         c.error("output-path", where, f"save path '{target}' is written by each of the {len(ops)} "
                                 f"copies of '{op.group}'", "save the combined value outside the body instead")
                     files.written(target, where, "save path", f"op {label(op)}")
+    out.extend(_tables(c, searches, by_name, values, files, run))
     return tuple(out)
+
+
+def _tables(c: Checker, searches: Sequence[Search], by_name: Mapping[str, Op],
+            values: Mapping[str, tuple[ValueInfo, ...]], files: _Files, run: RunOptions) -> list[Output]:
+    """Each sweep's ``table:``: a CSV file the run writes, of one number per copy and metric."""
+    out = []
+    for search in searches:
+        table, name = search.table, f"{search.name}.table"
+        if table is None or name not in by_name:
+            continue
+        where = (*table.at, "path")
+        if not (check_target(c, table.path, where, run, "table path") and
+                check_named(c, formats.FORMATS["csv"], table.path, where, "table path", search.name)):
+            continue
+        shape = values.get(name, (ValueInfo(None, None),))[0].shape
+        wanted = (len(search.copies) * len(table.metrics),)
+        if shape is not None and tuple(shape) != wanted:
+            c.error("table-metric", (*table.at, "metrics"), f"the table of sweep '{search.name}' holds one number per "
+                    f"copy and metric, but its metrics are not all scalars ({len(search.copies)} copies x "
+                    f"{len(table.metrics)} metrics make {fmt_shape(tuple(shape))})",
+                    "name scalar body ops (reduce an array with op: mean or sum), or gather: it instead")
+            continue
+        files.written(table.path, where, "table path", f"the table of sweep '{search.name}'")
+        out.append(Output(OpRef(name), table.path, where))
+    return out
 
 
 class _Files:

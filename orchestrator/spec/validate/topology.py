@@ -116,7 +116,7 @@ def build_job(c: Checker, name: str, spec: Mapping[str, Any], path: YamlPath) ->
                    "lower the limit or virtual_gpus, or give the GPU's real size as total:")
     return Job(name, len(addresses) or int(tasks), addresses, int(spec.get("cpu_threads", 1)),
                c.size(spec.get("memory_limit"), (*path, "memory_limit")), physical,
-               int(spec.get("virtual_gpus", 1)), gpu_memory, path)
+               int(spec.get("virtual_gpus", 1)), gpu_memory, path, int(spec.get("gpu_threads", 1)))
 
 
 def check_scheduler(c: Checker, address: str, path: YamlPath) -> None:
@@ -298,6 +298,6 @@ def job_devices(job: Job) -> list[Device]:
         per_gpu = job.gpu_memory.per_logical_gpu(job.virtual_gpus)
         for i in range(job.logical_gpus):
             physical = job.physical_gpus[i // job.virtual_gpus]
-            out.append(Device(canonical_device(job.name, task, "GPU", i), 1, per_gpu, physical,
+            out.append(Device(canonical_device(job.name, task, "GPU", i), job.gpu_threads, per_gpu, physical,
                               job.gpu_memory.reserve_at_start, declared))
     return out

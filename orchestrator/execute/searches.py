@@ -1,0 +1,101 @@
+"""What happened to each copy of a sweep: the run report's ``sweeps`` and the ``table:`` CSVs.
+
+Read after a run from the op records (each op's worker, start and duration,
+reported from inside the worker) and the plan's packing: per copy its
+values, the device it ran on, its planned wave, when its first op started
+and its last op stopped (the workers' clocks, as the ops' ``start``), and
+per device how many copies were planned at once, how many the records show
+at once, and the peak memory the backend saw against the cap. Nothing here
+decides anything: the plan packed, the run enforced it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ..plan.records import Plan, SweepPacking
+from ..spec.records import Search
+from .records import OpRecord, RunReport
+
+
+def with_sweeps(plan: Plan, report: RunReport, values: Mapping[str, Any]) -> tuple[RunReport, dict[str, str]]:
+    """The report with its ``sweeps``, and the text of every ``table:`` by the output that writes it."""
+    if not plan.spec.sweeps:
+        return report, {}
+    records = {r.name: r for r in report.ops}
+    seen = {d.device: d.peak_bytes_seen for d in report.devices}
+    sweeps: dict[str, Any] = {}
+    tables: dict[str, str] = {}
+    for search, packing in zip(plan.spec.sweeps, plan.packing):
+        copies = [_copy(search, packing, i, records) for i in range(len(search.copies))]
+        best = values.get(f"{search.name}.best")
+        sweeps[search.name] = {"params": list(search.params), "copies": copies,
+                               "devices": _devices(packing, copies, seen)}
+        if best is not None and search.select is not None and len(search.params) != 1:
+            sweeps[search.name]["selected"] = int(np.asarray(best))
+        if search.table is not None and f"{search.name}.table" in values:
+            tables[f"{search.name}.table"] = table_text(search, copies, values[f"{search.name}.table"])
+    return replace(report, sweeps=sweeps), tables
+
+
+def _copy(search: Search, packing: SweepPacking, index: int, records: Mapping[str, OpRecord]) -> dict[str, Any]:
+    copy = search.copies[index]
+    slot = packing.copies[index]
+    own = [r for name, r in records.items() if copy.owns(name)]
+    ran = [r for r in own if r.start is not None and r.duration is not None]
+    workers = sorted({r.worker for r in ran if r.worker})
+    reused = bool(own) and all(r.cache.startswith("reused") for r in own if r.start is None)
+    start = min((float(r.start) for r in ran if r.start is not None), default=None)
+    stop = max((float(r.start or 0) + float(r.duration or 0) for r in ran), default=None)
+    status = "finished" if ran else ("reused" if reused else "not run")
+    return {"index": index, "id": copy.id, "params": dict(copy.values), "device": slot.device,
+            "ran_on": workers, "wave": slot.wave, "start": start, "stop": stop, "status": status}
+
+
+def _devices(packing: SweepPacking, copies: Sequence[Mapping[str, Any]],
+             seen: Mapping[str, int | None]) -> dict[str, Any]:
+    out = {}
+    for d in packing.devices:
+        spans = [(c["start"], c["stop"]) for c in copies if c["device"] == d.device and c["start"] is not None]
+        out[d.device] = {"copies": d.copies, "at_once": d.at_once, "waves": -(-d.copies // d.at_once),
+                         "most_at_once_seen": most_at_once(spans), "per_copy_bytes": d.per_copy,
+                         "planned_peak_bytes": d.peak, "peak_bytes_seen": seen.get(d.device), "limit_bytes": d.limit,
+                         "why": d.why}
+    return out
+
+
+def most_at_once(spans: Sequence[tuple[float, float]]) -> int:
+    """The most intervals open at one time (a stop before a start at the same instant)."""
+    events = sorted([(start, 1) for start, _ in spans] + [(stop, -1) for _, stop in spans], key=lambda e: (e[0], e[1]))
+    live = most = 0
+    for _, change in events:
+        live += change
+        most = max(most, live)
+    return most
+
+
+def table_text(search: Search, copies: Sequence[Mapping[str, Any]], metrics: Any) -> str:
+    """The CSV of ``table:``: a row per copy, its id, values, metrics, device, wave, times and status."""
+    assert search.table is not None
+    names = search.table.metrics
+    grid = np.asarray(metrics, dtype=float).reshape(len(copies), len(names))
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["copy", "id", *search.params, *names, "device", "wave", "start_s", "stop_s", "status"])
+    began = min((c["start"] for c in copies if c["start"] is not None), default=0.0)
+    for copy, row in zip(copies, grid):
+        writer.writerow([copy["index"], copy["id"], *(copy["params"][p] for p in search.params),
+                         *(repr(float(v)) for v in row), copy["device"], copy["wave"],
+                         _since(copy["start"], began), _since(copy["stop"], began), copy["status"]])
+    return out.getvalue()
+
+
+def _since(value: float | None, began: float) -> str:
+    """Seconds since the sweep's first copy started (the report keeps the workers' clock)."""
+    return "" if value is None else f"{value - began:.6f}"

@@ -1,0 +1,67 @@
+"""Sweeps in words: the plan's packing (which copy, which device, which wave) and what a run saw."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import format_bytes
+from ..plan.records import Plan
+
+
+def short_device(name: str) -> str:
+    """``/job:w/replica:0/task:1/device:GPU:0`` as ``w/1/GPU:0``: a table of copies stays readable."""
+    parts = dict(part.split(":", 1) for part in name.strip("/").split("/") if ":" in part)
+    kind = parts.get("device", "?")
+    return f"{parts.get('job', '?')}/{parts.get('task', '?')}/{kind}"
+
+
+def _values(values: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+def packing_lines(plan: Plan) -> list[str]:
+    """Per sweep: each device's copies at once and why, then a row per copy (its id, values, device, wave)."""
+    lines: list[str] = []
+    for packing, search in zip(plan.packing, plan.spec.sweeps):
+        lines.append(f"sweep '{search.name}': {len(search.copies)} copies on {len(packing.devices)} device"
+                     f"{'s' if len(packing.devices) != 1 else ''}")
+        for d in packing.devices:
+            waves = -(-d.copies // d.at_once)
+            per_copy = format_bytes(d.per_copy) if d.per_copy is not None else "unknown"
+            lines.append(f"  {short_device(d.device)}: {d.copies} copies, {d.at_once} at once in {waves} wave"
+                         f"{'s' if waves != 1 else ''}, {per_copy} per copy: {d.why}")
+        rows = [("copy", "id", "values", "device", "wave")]
+        rows += [(str(s.index), s.id, _values(search.copies[s.index].values), short_device(s.device), str(s.wave))
+                 for s in packing.copies]
+        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    return lines
+
+
+def packing_dict(plan: Plan) -> dict[str, Any]:
+    """The packing for ``plan --format json``."""
+    return {search.name: {
+        "params": list(search.params),
+        "devices": [{"device": d.device, "copies": d.copies, "at_once": d.at_once, "per_copy_bytes": d.per_copy,
+                     "peak_alone_bytes": d.peak_alone, "peak_bytes": d.peak, "limit_bytes": d.limit,
+                     "threads": d.threads, "why": d.why} for d in packing.devices],
+        "copies": [{"index": s.index, "id": s.id, "values": dict(search.copies[s.index].values),
+                    "device": s.device, "wave": s.wave} for s in packing.copies],
+    } for packing, search in zip(plan.packing, plan.spec.sweeps)}
+
+
+def sweep_run_lines(run_report: Mapping[str, Any]) -> list[str]:
+    """After a run: per sweep and device, copies planned and seen at once, and the peak seen under the cap."""
+    lines = []
+    for name, sweep in (run_report.get("sweeps") or {}).items():
+        done = sum(1 for c in sweep["copies"] if c["status"] in ("finished", "reused"))
+        parts = []
+        for device, d in sweep["devices"].items():
+            seen = d.get("peak_bytes_seen")
+            memory = f", peak {format_bytes(seen)} of {format_bytes(d['limit_bytes'])}" \
+                if seen is not None and d.get("limit_bytes") else ""
+            parts.append(f"{short_device(device)} {d['at_once']} at once planned, {d['most_at_once_seen']} seen"
+                         f"{memory}")
+        lines.append(f"sweep '{name}': {done} of {len(sweep['copies'])} copies finished; " + "; ".join(parts))
+    return lines
