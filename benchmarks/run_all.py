@@ -3,7 +3,8 @@
 B1 run overhead, B2 compile speed, B3 transfers, B4 data-parallel scaling,
 B5 start-up, the client memory of a long loop, B7 polyfit and the B4 towers
 across two simulated hosts (network namespaces; skipped without root), B8 the
-cost of checkpoints in polyfit's loop, and B6
+cost of checkpoints in polyfit's loop, B9 a 64-copy search packed on 2 simulated
+GPUs beside one at a time and Ray, and B6
 the polyfit example's training loop beside hand-written Dask futures, Ray and
 TensorFlow (Ray and TensorFlow only where installed: ``pip install -e '.[anchors]'``). Each
 benchmark prints its own figures and writes ``benchmarks/results/<name>.json``;
@@ -69,6 +70,8 @@ BENCHES = (
     Bench("B7", "across two simulated hosts", "bench_hosts.py", "hosts.json", 270, 120),
     # polyfit with a checkpoint every 100 steps and without, alternating (rounds as the budget allows)
     Bench("B8", "checkpoint cost", "bench_checkpoints.py", "checkpoints.json", 150, 75),
+    # the search issue names its benchmark B8, which the checkpoint cost had taken: this one is B9
+    Bench("B9", "64-copy search packed vs one at a time and Ray", "bench_search.py", "search.json", 110, 60),
     # last: it fits as many rounds as its budget allows (see bench_polyfit.py), so it takes what the others left
     Bench("B6", "polyfit loop vs Dask, Ray, TF", "bench_polyfit.py", "polyfit.json", 360, 180),
 )
@@ -217,6 +220,28 @@ def figures(runs: dict[str, dict[str, Any]]) -> list[Figure]:
     out.append(_fig("B8", f"polyfit, {b8.get('steps') or 2000} steps: checkpoints every {b8.get('every') or 100} "
                           "steps ÷ none, training loop", get(b8, "ratio"), "{:.3f}", "≤ 1.05", at_most(1.05),
                     f"{every:.2f} s vs {none:.2f} s, medians of {b8.get('rounds_done')}" if every and none else ""))
+    out += search_figures(data("B9"))
+    return out
+
+
+def search_figures(b9: dict[str, Any]) -> list[Figure]:
+    """B9: packed ÷ one at a time and packed ÷ Ray, for the latency-bound and the compute-bound model."""
+    out: list[Figure] = []
+    done = b9.get("rounds_done")
+    for variant, v in (b9.get("variants") or {}).items():
+        sides = v.get("sides") or {}
+        packed, alone = (sides.get("packed") or {}).get("run_s"), (sides.get("one_at_a_time") or {}).get("run_s")
+        ray = (v.get("ray") or {}).get("run_s")
+        name = f"64-copy search on 2 simulated GPUs, {variant}-bound model"
+        out.append(_fig("B9", f"{name}: packed ÷ one at a time", v.get("packed_over_one_at_a_time"), "{:.3f}",
+                        "≤ 0.5", at_most(0.5), f"{packed:.3f} s vs {alone:.3f} s, medians of {done}; no GPU over "
+                        "its cap" if packed and alone else ""))
+        if ray is None:
+            out.append(Figure("B9", f"{name}: packed ÷ Ray (fractional num_gpus)", None, "—", "≤ 1.0", None,
+                              why=str(b9.get("ray_note") or "Ray left out")))
+        else:
+            out.append(_fig("B9", f"{name}: packed ÷ Ray (fractional num_gpus)", v.get("packed_over_ray"), "{:.3f}",
+                            "≤ 1.0", at_most(1.0), f"{packed:.3f} s vs {ray:.3f} s"))
     return out
 
 
