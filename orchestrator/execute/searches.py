@@ -48,7 +48,8 @@ def _copy(search: Search, packing: SweepPacking, index: int, records: Mapping[st
     copy = search.copies[index]
     slot = packing.copies[index]
     own = [r for name, r in records.items() if copy.owns(name)]
-    ran = [r for r in own if r.start is not None and r.duration is not None]
+    values = {copy.prefix + p for p in search.params}  # its values as ops: made whenever, not its work
+    ran = [r for r in own if r.start is not None and r.duration is not None and r.name not in values]
     workers = sorted({r.worker for r in ran if r.worker})
     reused = bool(own) and all(r.cache.startswith("reused") for r in own if r.start is None)
     start = min((float(r.start) for r in ran if r.start is not None), default=None)
