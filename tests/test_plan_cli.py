@@ -94,7 +94,7 @@ def test_json_shape() -> None:
     assert code == 0
     data = json.loads(out)
     assert set(data) == {"format", "name", "file", "cluster", "devices", "ops", "partitions", "loops", "params",
-                         "diagnostics"}
+                         "sweeps", "diagnostics"}
     assert (data["format"], data["name"], data["file"]) == (1, "matmul", str(VALID / "matmul.yaml"))
     assert data["cluster"] == {"devices": [CPU0, GPU0], "default_job": "localhost"}
     c = data["ops"][2]

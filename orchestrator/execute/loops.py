@@ -41,6 +41,8 @@ from ..ops import lookup
 from .caching import CacheUse
 from .checkpointing import CheckpointWriter
 from .training import TrainingLoop
+from .halving import HalvingRun, group_search, halving_group
+from .hits import place_hits, recorded
 from .submitter import Submitter
 from .outputs import MetricFiles, metric_value
 
@@ -48,11 +50,6 @@ from .outputs import MetricFiles, metric_value
 def _writes_files(plan: Plan, name: str) -> bool:
     definition = lookup(plan.spec.op(name).kind)
     return definition is not None and bool(definition.writes)
-
-
-def _recorded(loop: Loop) -> tuple[tuple[str, OpRef], ...]:
-    """The series a loop records on the client: its metrics', then its evaluations' (a cache entry's order)."""
-    return loop.metrics + (loop.evaluation.metrics if loop.evaluation is not None else ())
 
 
 def _parent(loop: Loop, loops: Sequence[Loop]) -> str | None:
@@ -102,44 +99,10 @@ class StagedRun:
                 self.readers.setdefault(dep, set()).add(p.op)
         self.output_ops = {o.ref.op for o in spec.outputs}
         if self.cache is not None:
-            self.place_hits(self.cache)
+            place_hits(self, self.cache)
             self.skip_unread()
         self.run_scope(None, None)
         return self.outputs()
-
-    def place_hits(self, cache: CacheUse) -> None:
-        """Values from the cache go to their planned devices; their ops (and loops) do not run."""
-        spec = self.plan.spec
-        for name, values in cache.hits.items():
-            loop = next((lp for lp in spec.loops if lp.name == name), None)
-            if loop is None:
-                refs = [str(r) for r in ref_of(self.plan, name)]
-                device = self.plan.placement(name).device
-                for ref, value in zip(refs, values):
-                    future = self.submitter.scatter(value, device)
-                    self.held[future.key] = future
-                    self.known[ref] = Located(future.key, device)
-                self.done[name] = self.known[refs[0]]
-                self.known_ops.add(name)
-                self.notes[name] = cache.record(name)
-                continue
-            states, series = values[:len(loop.state)], values[len(loop.state):]
-            for var, value in zip(loop.state, states):
-                export = f"{loop.name}.{var.name}"
-                device = self.plan.placement(export).device
-                future = self.submitter.scatter(value, device)
-                self.held[future.key] = future
-                self.known[export] = self.done[export] = Located(future.key, device)
-            for (metric, _), value in zip(_recorded(loop), series):
-                export = f"{loop.name}.{metric}"
-                self.client_values[export] = value
-                future = self.submitter.scatter(value, self.plan.placement(export).device)
-                self.held[future.key] = future
-                self.known[export] = self.done[export] = Located(future.key, self.plan.placement(export).device)
-            finished = set(loop.body + loop.evaluated) | {o.name for o in spec.ops if o.name.startswith(loop.name + ".")}
-            self.known_ops |= finished
-            for op in finished:
-                self.notes[op] = f"loop '{loop.name}' {cache.record(loop.name)}"
 
     def skip_unread(self) -> None:
         """Ops read only by values that came from the cache are not run (unless they are outputs or write files)."""
@@ -203,12 +166,18 @@ class StagedRun:
                 if ready:
                     continue
                 raise RunError("cannot order the loops of this spec: a loop reads a value made after it")
-            pending.remove(next_loop)
-            self.run_loop(next_loop, 0 if step is None else step * next_loop.steps)
-            finished = set(next_loop.body + next_loop.evaluated) | {o.name for o in spec.ops
-                                                                   if o.name.startswith(next_loop.name + ".")}
-            done |= finished
-            self.known_ops |= finished
+            group = halving_group(spec, next_loop, pending)
+            for member in group or [next_loop]:
+                pending.remove(member)
+            if group:  # a halving sweep's copies: stepped side by side, decided rung by rung
+                HalvingRun(self, *group_search(spec, next_loop), group).run()
+            else:
+                self.run_loop(next_loop, 0 if step is None else step * next_loop.steps)
+            for member in group or [next_loop]:
+                finished = set(member.body + member.evaluated) | {o.name for o in spec.ops
+                                                                  if o.name.startswith(member.name + ".")}
+                done |= finished
+                self.known_ops |= finished
 
     def run_outer(self, ready: list[str], step: int | None) -> None:
         stored = [name for name in ready if self.cache is not None and step is None and self.cache.wanted(name)]
@@ -263,7 +232,7 @@ class StagedRun:
             keys = {text: located.key for text, located in values.items()}
             futures = self.held
         states = [futures[keys[text]] for text in values]
-        series = tuple(self.client_values[f"{loop.name}.{metric}"] for metric, _ in _recorded(loop))
+        series = tuple(self.client_values[f"{loop.name}.{metric}"] for metric, _ in recorded(loop))
         cache.store_later(loop.name, states, series)
 
     def run_steps(self, loop: Loop, state: LoopState, offset: int, series: dict[str, list[Any]]) -> LoopState:

@@ -241,7 +241,7 @@ class Runner:
     def finish(self, report: RunReport, values: dict[str, Any], commit: Callable[[], Iterable[str]],
                link: str | None) -> RunResult:
         """After a run that succeeded: the outputs, then the checkpoints into place, then the report file."""
-        report, tables = with_sweeps(self.plan, report, values)
+        report, tables = with_sweeps(self.plan, report, values, self.loop_outcomes)
         written = write_outputs(self.spec, values, self.output_dir, self.echo, tables) \
             if self.settings.write_outputs else ()
         # checkpoints saved by ops take their places only now that the whole run has succeeded

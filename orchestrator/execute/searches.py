@@ -24,8 +24,11 @@ from ..spec.records import Search
 from .records import OpRecord, RunReport
 
 
-def with_sweeps(plan: Plan, report: RunReport, values: Mapping[str, Any]) -> tuple[RunReport, dict[str, str]]:
-    """The report with its ``sweeps``, and the text of every ``table:`` by the output that writes it."""
+def with_sweeps(plan: Plan, report: RunReport, values: Mapping[str, Any],
+                outcomes: Mapping[str, Mapping[str, Any]]) -> tuple[RunReport, dict[str, str]]:
+    """The report with its ``sweeps``, and the text of every ``table:`` by the output that writes it.
+
+    ``outcomes``: the staged run's, by loop (how each ended) and by halving sweep (its rung table)."""
     if not plan.spec.sweeps:
         return report, {}
     records = {r.name: r for r in report.ops}
@@ -33,18 +36,21 @@ def with_sweeps(plan: Plan, report: RunReport, values: Mapping[str, Any]) -> tup
     sweeps: dict[str, Any] = {}
     tables: dict[str, str] = {}
     for search, packing in zip(plan.spec.sweeps, plan.packing):
-        copies = [_copy(search, packing, i, records) for i in range(len(search.copies))]
+        copies = [_copy(search, packing, i, records, outcomes) for i in range(len(search.copies))]
         best = values.get(f"{search.name}.best")
         sweeps[search.name] = {"params": list(search.params), "copies": copies,
                                "devices": _devices(packing, copies, seen)}
         if best is not None and search.select is not None and len(search.params) != 1:
             sweeps[search.name]["selected"] = int(np.asarray(best))
+        if search.halving is not None:
+            sweeps[search.name]["rungs"] = list((outcomes.get(search.name) or {}).get("rungs") or [])
         if search.table is not None and f"{search.name}.table" in values:
             tables[f"{search.name}.table"] = table_text(search, copies, values[f"{search.name}.table"])
     return replace(report, sweeps=sweeps), tables
 
 
-def _copy(search: Search, packing: SweepPacking, index: int, records: Mapping[str, OpRecord]) -> dict[str, Any]:
+def _copy(search: Search, packing: SweepPacking, index: int, records: Mapping[str, OpRecord],
+          outcomes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     copy = search.copies[index]
     slot = packing.copies[index]
     own = [r for name, r in records.items() if copy.owns(name)]
@@ -55,8 +61,14 @@ def _copy(search: Search, packing: SweepPacking, index: int, records: Mapping[st
     start = min((float(r.start) for r in ran if r.start is not None), default=None)
     stop = max((float(r.start or 0) + float(r.duration or 0) for r in ran), default=None)
     status = "finished" if ran else ("reused" if reused else "not run")
-    return {"index": index, "id": copy.id, "params": dict(copy.values), "device": slot.device,
-            "ran_on": workers, "wave": slot.wave, "start": start, "stop": stop, "status": status}
+    out = {"index": index, "id": copy.id, "params": dict(copy.values), "device": slot.device,
+           "ran_on": workers, "wave": slot.wave, "start": start, "stop": stop, "status": status}
+    for loop, outcome in outcomes.items():  # a loop of the copy that halving (or its own rule) stopped early
+        if copy.owns(loop) and outcome.get("stop_reason", "steps") != "steps":
+            halved = str(outcome["stop_reason"]).startswith("halving")
+            out.update(status="stopped" if halved else status, stopped_at_step=outcome.get("stopped_at_step"),
+                       stop_reason=outcome["stop_reason"])
+    return out
 
 
 def _devices(packing: SweepPacking, copies: Sequence[Mapping[str, Any]],

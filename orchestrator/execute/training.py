@@ -23,7 +23,7 @@ the loop began and ended (``outcome``, for the run report).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Generator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -58,6 +58,17 @@ class Driver(Protocol):
     def prepare_gang(self, loop: Loop, state: LoopState, offset: int) -> LoopState: ...
 
     def echo(self, text: str) -> None: ...
+
+
+def drive(steps: Generator[int, str | None, LoopState]) -> LoopState:
+    """Run a loop's windows to its end (or its own stop), never stopping it from outside."""
+    try:
+        next(steps)
+        while True:
+            steps.send(None)
+    except StopIteration as end:
+        result: LoopState = end.value
+        return result
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,14 @@ class TrainingLoop:
                         "steps_run": self.loop.steps}
 
     def run(self, state: LoopState) -> LoopState:
+        return drive(self.stepwise(state))
+
+    def stepwise(self, state: LoopState) -> Generator[int, str | None, LoopState]:
+        """The loop, window by window: yields the last step of each window read (its metrics are in the
+        series); what is sent back is a reason to stop there, or None to go on. Returns the final state.
+
+        A halving sweep's driver (``execute.halving``) steps its copies' loops this way side by side.
+        """
         state, begin = self.resume(state)
         if self.gang:
             state = self.driver.prepare_gang(self.loop, state, self.offset)
@@ -110,11 +129,17 @@ class TrainingLoop:
             stop = starts[i + 1] if i + 1 < len(starts) else self.loop.steps
             current = self.submit(state, start, stop, first=start == begin)
             state = current.state
-            if in_flight is not None and self.read(in_flight):
-                return self.finish(in_flight)
+            if in_flight is not None:
+                if self.read(in_flight):
+                    return self.finish(in_flight)
+                told = yield in_flight.stop
+                if told is not None:  # window ``current`` ran ahead: its values are dropped, unread
+                    self.outcome.update(stopped_at_step=in_flight.stop, stop_reason=told)
+                    return self.finish(in_flight)
             in_flight = current
         assert in_flight is not None
         self.read(in_flight)
+        yield in_flight.stop
         return self.finish(in_flight)
 
     def submit(self, state: LoopState, start: int, stop: int, first: bool) -> _Submitted:

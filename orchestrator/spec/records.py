@@ -16,7 +16,7 @@ from typing import Any
 from ..devices import DeviceSpec, GpuId
 from ..errors import Diagnostic, Severity, YamlPath
 from ..ops.values import ValueInfo
-from .searches import Search as Search, SweepCopy as SweepCopy, Table as Table
+from .searches import Halving as Halving, Search as Search, SweepCopy as SweepCopy, Table as Table
 
 
 Position = tuple[int, int]
@@ -302,6 +302,7 @@ class Loop:
     evaluation: Evaluation | None = None
     stopping: tuple[Stopping, ...] = ()
     batches: Batches | None = None
+    rungs: tuple[int, ...] = ()  # a halving sweep's rungs: its windows end there too (the driver decides)
 
     @property
     def evaluated(self) -> tuple[str, ...]:
@@ -311,7 +312,7 @@ class Loop:
     def window_starts(self) -> tuple[int, ...]:
         """The first step of each window: every ``window`` steps, and a window ends at every checkpoint and
         evaluation step (the driver reads the states there)."""
-        cuts = set(range(0, self.steps, self.window))
+        cuts = set(range(0, self.steps, self.window)) | {r for r in self.rungs if 0 < r < self.steps}
         for every in (self.checkpoint.every if self.checkpoint else 0, self.evaluation.every if self.evaluation else 0):
             if every:
                 cuts |= set(range(every, self.steps, every))

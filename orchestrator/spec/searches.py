@@ -36,6 +36,19 @@ class Table:
 
 
 @dataclass(frozen=True)
+class Halving:
+    """``halving:``: at each rung (a step of the copies' loop), keep the best ``keep`` of the copies still running
+    by the loop's metric at that step, decided on all of them together; stop the rest there."""
+
+    loop: str  # the body's loop (its name in the body: each copy's is PREFIX + loop)
+    metric: str
+    mode: str  # min | max
+    keep: float
+    rungs: tuple[int, ...]
+    at: YamlPath
+
+
+@dataclass(frozen=True)
 class Search:
     name: str
     params: tuple[str, ...]
@@ -44,6 +57,7 @@ class Search:
     table: Table | None = None
     select: tuple[str, str] | None = None  # (min | max, body metric)
     allow_failures: bool = False
+    halving: Halving | None = None
 
     def copy_of(self, op: str) -> SweepCopy | None:
         """The copy whose body made ``op`` (ops outside the copies: None)."""

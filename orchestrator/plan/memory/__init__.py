@@ -77,7 +77,7 @@ from ...errors import Diagnostic, format_bytes
 from ..records import DeviceMemory, Plan
 from ...spec.records import Cluster
 from .loops import in_loops
-from .packing import pack
+from .packing import halving_problems, pack
 from .outer import outside_loops, transfers, transients
 from .timeline import Held, schedule, scopes, timeline
 
@@ -111,6 +111,7 @@ def plan_memory(plan: Plan, granularity: str = "partition") -> Plan:
     memories = [replace(m, peak=max(m.peak, packed_peaks.get(m.device, 0))) for m in memories]
     for memory in memories:
         diagnostics.extend(_judge(plan, memory))
+    diagnostics.extend(halving_problems(plan))
     memories.sort(key=lambda m: _device_order(plan.spec.cluster, m.device))
     return replace(plan, memory=tuple(memories), diagnostics=tuple(diagnostics), packing=packing)
 

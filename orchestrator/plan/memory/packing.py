@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ...errors import format_bytes
+from ...errors import Diagnostic, format_bytes
 from ..records import CopySlot, DevicePacking, Plan, SweepPacking
 from ...spec.records import Search, SweepCopy
 from .timeline import Held
@@ -41,6 +41,29 @@ def pack(plan: Plan, held: Mapping[str, Sequence[Held]], unknown: Mapping[str, S
          peaks: Mapping[str, int], limits: Mapping[str, int | None]) -> tuple[SweepPacking, ...]:
     """Every sweep's packing (see the module's policy)."""
     return tuple(_pack_search(plan, search, held, unknown, peaks, limits) for search in plan.spec.sweeps)
+
+
+def halving_problems(plan: Plan) -> list[Diagnostic]:
+    """A halving sweep steps its copies' loops side by side: each must keep to one device.
+
+    A loop on two devices exchanges values between them every step; two such loops
+    in flight at once could each hold one device while waiting for the other.
+    """
+    out = []
+    for search in plan.spec.sweeps:
+        if search.halving is None:
+            continue
+        for copy in search.copies:
+            loop = next((lp for lp in plan.spec.loops if lp.name == copy.prefix + search.halving.loop), None)
+            devices = sorted({plan.placement(n).device_name for n in loop.body}) if loop is not None else []
+            if len(devices) > 1:
+                out.append(plan.spec.document.diagnostic(
+                    "halving", search.halving.at, f"halving of sweep '{search.name}' steps its copies' loops side by "
+                    f"side, but copy {copy.index}'s loop '{search.halving.loop}' runs on {len(devices)} devices "
+                    f"({', '.join(devices)}): two such loops could each wait for the other's device",
+                    "keep each copy's loop on one device (spread: gives each copy one)", key=True))
+                break
+    return out
 
 
 def home_of(plan: Plan, copy: SweepCopy, names: Sequence[str]) -> str:

@@ -18,12 +18,14 @@ at once on a device where they fit). Beside the copies it makes:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from ...errors import YamlPath
 from ..records import Op, OpRef
 from ..searches import Search, SweepCopy, Table
 from .base import Chain, Expander, Resolver
+from .halving import read_halving
 from .space import SpaceReader, copy_id, substitute_copy
 
 COMBINE_KIND = {"add_n": "add_n", "mean": "mean_n", "concat": "concat"}
@@ -52,6 +54,7 @@ class Sweep:
         numbers = [p for p in copies[0] if all(is_number(c[p]) for c in copies)]
         body = spec["body"]
         local = ex.local_names(body) | set(numbers)
+        halving = read_halving(ex, spec, spath, name)
         records = []
         for i, values in enumerate(copies):
             copy_prefix = f"{name}/{i}/"
@@ -64,13 +67,16 @@ class Sweep:
                 ex.copy_bodies.append(((*spath, "body"), i, copy_body))
             ex.items(copy_body, (*spath, "body"), copy_prefix, copy_chain, ex.scoped(copy_prefix, local, {}, resolve),
                      name)
+            if halving is not None:  # the copy's loop's windows end at the rungs, where the driver decides
+                ex.loops[:] = [replace(lp, rungs=halving.rungs) if lp.name == copy_prefix + halving.loop else lp
+                               for lp in ex.loops]
             records.append(SweepCopy(i, copy_id(values), values, copy_prefix))
         self.select(ex, spec, spath, name, chain, local, numbers, copies)
         self.gather(ex, spec, spath, name, chain, local, len(copies))
         self.combine(ex, spec, spath, name, chain, local, numbers, copies)
         table = self.table(ex, spec, spath, name, local, len(copies), chain)
         ex.searches.append(Search(name, tuple(copies[0]), tuple(records), spath, table, self.selected(spec),
-                                  bool(spec.get("allow_failures", False))))
+                                  bool(spec.get("allow_failures", False)), halving))
 
     @staticmethod
     def value_path(spec: Mapping[str, Any], spath: YamlPath, i: int, param: str) -> YamlPath:
