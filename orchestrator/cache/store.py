@@ -132,6 +132,10 @@ def _op_key(plan: Plan, name: str, known: Mapping[str, Key], base_dir: str, file
             unkeyed: dict[str, str], step: int | None) -> Key | None:
     spec = plan.spec
     op = spec.op(name)
+    if op.group is not None and name.startswith(op.group + ".") and any(s.name == op.group for s in spec.sweeps):
+        # what a sweep makes of all its copies: cheap, and a copy may have failed (its entry then never is)
+        unkeyed[name] = f"sweep '{op.group}' gathers it from its copies' values (each copy's are cached)"
+        return None
     inputs: list[str] = []
     for ref in op.inputs:
         source = known.get(ref.op)

@@ -17,6 +17,7 @@ from ..paths import PathUse, clashes
 from .parser import params_of
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+EXIT_RUN_FAILED = 1  # as a run that raised: a sweep's copies failed and the sweep does not allow it
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
@@ -129,7 +130,10 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
 
     result = api.run_plan(plan, settings, echo)
     out.write(report.placement_summary(result.report))
-    return EXIT_OK
+    failed, fatal = report.failed_copies(result.report)
+    for line in failed:
+        out.write(line + "\n")
+    return EXIT_RUN_FAILED if fatal else EXIT_OK
 
 
 def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:

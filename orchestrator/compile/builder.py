@@ -35,6 +35,23 @@ from ..runtime import OpTask, PartitionTask, move, resources_for, run_op, run_pa
 from ..runtime import token as control_token
 
 
+def copy_roles(plan: Plan) -> Mapping[str, str]:
+    """Op -> ``copy`` (an op of a sweep's copy, outside its loops: it fails alone) or ``gather`` (the sweep's
+    select, pick, gather, combine and table: they read failed copies). Worked out once per plan."""
+    roles: dict[str, str] | None = plan.__dict__.get("_copy_roles")
+    if roles is None:
+        roles = {}
+        in_loops = {name for loop in plan.spec.loops for name in loop.body}
+        for search in plan.spec.sweeps:
+            for op in plan.spec.ops:
+                if op.name.startswith(search.name + "/") and op.name not in in_loops:
+                    roles[op.name] = "copy"
+                elif op.name.startswith(search.name + ".") and op.group == search.name:
+                    roles[op.name] = "gather"
+        plan.__dict__["_copy_roles"] = roles
+    return roles
+
+
 def thread_slots(plan: Plan) -> tuple[dict[str, float], dict[str, int]]:
     """(copy op -> the slots its task takes, GPU -> the slots every other task takes) on GPUs of several threads.
 
@@ -240,7 +257,8 @@ class GraphBuilder:
         return OpTask.from_values(
             op.name, op.kind, params, len(op.inputs), self.token, step, op.input_keys,
             op.timeout if op.timeout is not None else self.default_timeout, self.log,
-            self.base_dir if needs_dir else "", op.outputs, indices if indices.count(None) != len(indices) else ())
+            self.base_dir if needs_dir else "", op.outputs, indices if indices.count(None) != len(indices) else (),
+            copy_roles(self.plan).get(op.name, ""))
 
     def to_host(self, value: Located, ref: OpRef) -> str:
         value = self.materialize(value, ref)

@@ -24,10 +24,13 @@ def op_records(plan: Plan, events: Sequence[Mapping[str, Any]]) -> tuple[tuple[O
     """One record per op of the plan (in plan order), and the bytes loop windows sent worker to worker."""
     ran: dict[str, Mapping[str, Any]] = {}
     failures: dict[str, int] = {}
+    errors: dict[str, str] = {}  # a sweep copy's op that failed (or did not run because one before it did)
     moved = 0
     for e in events:
         if e.get("kind") == "op":
             ran[e["op"]] = e
+        elif e.get("kind") == "copy-failed":
+            errors[e["op"]] = str(e.get("error", ""))
         elif e.get("kind") == "failed":
             failures[e["op"]] = failures.get(e["op"], 0) + int(e.get("count", 1))
         elif e.get("kind") == "exchange":
@@ -36,7 +39,8 @@ def op_records(plan: Plan, events: Sequence[Mapping[str, Any]]) -> tuple[tuple[O
     for p in plan.placements:
         e = ran.get(p.op, {})
         records.append(OpRecord(p.op, p.kind, p.device_name, e.get("ran_on"), e.get("start"), e.get("duration"),
-                                e.get("bytes"), failures.get(p.op, 0), e.get("count"), p.why()))
+                                e.get("bytes"), failures.get(p.op, 0), e.get("count"), p.why(),
+                                error=errors.get(p.op, "")))
     return tuple(records), moved
 
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..cache import Cache, Keys, compute_keys, default_directory, why_again
 from ..plan.records import Plan
+from ..ops.values import CopyFailed
 from ..spec.records import Loop, Spec
 
 
@@ -98,7 +99,10 @@ class CacheUse:
 
         def write() -> None:
             try:
-                self.cache.store(key.key, name, tuple(f.result() for f in futures) + extra)
+                values = tuple(f.result() for f in futures) + extra
+                if any(isinstance(v, CopyFailed) for v in values):
+                    return  # a sweep copy that failed: nothing to keep, --resume runs it again
+                self.cache.store(key.key, name, values)
                 self.written.add(name)
             except Exception as exc:  # a value that failed, or a full disk: the run reports its own error
                 self.errors.append(f"{name}: {type(exc).__name__}: {exc}")

@@ -18,6 +18,7 @@ from ..atomic import atomic_open
 from ..errors import RunError
 from ..spec.records import Spec
 from ..ops import lookup
+from ..ops.values import CopyFailed
 from ..paths import PathUse, clashes
 
 
@@ -83,6 +84,10 @@ def write_outputs(spec: Spec, values: Mapping[str, Any], output_dir: str, echo: 
     for out in spec.outputs:
         value: Any = texts.get(str(out.ref))
         if value is None:
+            if isinstance(values[str(out.ref)], CopyFailed):
+                failed = values[str(out.ref)]
+                raise RunError(f"output '{out.ref}' is a value of a sweep copy that failed ('{failed.op}': "
+                               f"{failed.error}); write the sweep's gather or select instead")
             value = np.asarray(values[str(out.ref)])
         if out.target == "-":
             continue

@@ -72,6 +72,7 @@ class OpRecord:
     why: str
     note: str = ""  # why it has no worker record (a loop's state, resolved by the driver; reused from the cache)
     cache: str = ""  # with its cache on: reused (which entry), or why it ran again
+    error: str = ""  # a sweep copy's op that failed, and the copy with it: why (the sweep went on)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "op": self.op, "planned_device": self.planned_device,
@@ -82,6 +83,8 @@ class OpRecord:
             out["note"] = self.note
         if self.cache:
             out["cache"] = self.cache
+        if self.error:
+            out["error"] = self.error
         return out
 
 

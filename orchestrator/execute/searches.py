@@ -37,9 +37,12 @@ def with_sweeps(plan: Plan, report: RunReport, values: Mapping[str, Any],
     tables: dict[str, str] = {}
     for search, packing in zip(plan.spec.sweeps, plan.packing):
         copies = [_copy(search, packing, i, records, outcomes) for i in range(len(search.copies))]
+        spans = {c.index: [(float(r.start), float(r.start) + float(r.duration or 0)) for name, r in records.items()
+                           if c.owns(name) and r.start is not None] for c in search.copies}
         best = values.get(f"{search.name}.best")
         sweeps[search.name] = {"params": list(search.params), "copies": copies,
-                               "devices": _devices(packing, copies, seen)}
+                               "devices": _devices(packing, copies, seen, spans),
+                               "allow_failures": search.allow_failures}
         if best is not None and search.select is not None and len(search.params) != 1:
             sweeps[search.name]["selected"] = int(np.asarray(best))
         if search.halving is not None:
@@ -61,8 +64,13 @@ def _copy(search: Search, packing: SweepPacking, index: int, records: Mapping[st
     start = min((float(r.start) for r in ran if r.start is not None), default=None)
     stop = max((float(r.start or 0) + float(r.duration or 0) for r in ran), default=None)
     status = "finished" if ran else ("reused" if reused else "not run")
+    errors = [r.error for r in own if r.error and not r.error.startswith("not run:")]
+    if errors or any(r.error for r in own):
+        status = "failed"
     out = {"index": index, "id": copy.id, "params": dict(copy.values), "device": slot.device,
            "ran_on": workers, "wave": slot.wave, "start": start, "stop": stop, "status": status}
+    if status == "failed":
+        out["error"] = errors[0] if errors else next(r.error for r in own if r.error)
     for loop, outcome in outcomes.items():  # a loop of the copy that halving (or its own rule) stopped early
         if copy.owns(loop) and outcome.get("stop_reason", "steps") != "steps":
             halved = str(outcome["stop_reason"]).startswith("halving")
@@ -71,25 +79,28 @@ def _copy(search: Search, packing: SweepPacking, index: int, records: Mapping[st
     return out
 
 
-def _devices(packing: SweepPacking, copies: Sequence[Mapping[str, Any]],
-             seen: Mapping[str, int | None]) -> dict[str, Any]:
+def _devices(packing: SweepPacking, copies: Sequence[Mapping[str, Any]], seen: Mapping[str, int | None],
+             spans: Mapping[int, list[tuple[float, float]]]) -> dict[str, Any]:
     out = {}
     for d in packing.devices:
-        spans = [(c["start"], c["stop"]) for c in copies if c["device"] == d.device and c["start"] is not None]
+        here = {c["index"]: spans.get(c["index"], []) for c in copies if c["device"] == d.device}
         out[d.device] = {"copies": d.copies, "at_once": d.at_once, "waves": -(-d.copies // d.at_once),
-                         "most_at_once_seen": most_at_once(spans), "per_copy_bytes": d.per_copy,
+                         "most_at_once_seen": most_at_once(here), "per_copy_bytes": d.per_copy,
                          "planned_peak_bytes": d.peak, "peak_bytes_seen": seen.get(d.device), "limit_bytes": d.limit,
                          "why": d.why}
     return out
 
 
-def most_at_once(spans: Sequence[tuple[float, float]]) -> int:
-    """The most intervals open at one time (a stop before a start at the same instant)."""
-    events = sorted([(start, 1) for start, _ in spans] + [(stop, -1) for _, stop in spans], key=lambda e: (e[0], e[1]))
-    live = most = 0
-    for _, change in events:
-        live += change
-        most = max(most, live)
+def most_at_once(spans: Mapping[int, Sequence[tuple[float, float]]]) -> int:
+    """The most copies with an op running at one time (each copy's ops' (start, stop) as its worker timed
+    them; a stop before a start at the same instant): what ran side by side, not interleaved."""
+    events = sorted([(start, 1, copy) for copy, ops in spans.items() for start, _ in ops] +
+                    [(stop, -1, copy) for copy, ops in spans.items() for _, stop in ops], key=lambda e: (e[0], e[1]))
+    running: dict[int, int] = {}
+    most = 0
+    for _, change, copy in events:
+        running[copy] = running.get(copy, 0) + change
+        most = max(most, sum(1 for n in running.values() if n > 0))
     return most
 
 

@@ -8,6 +8,7 @@ from . import inference as inf
 from . import kernels as k
 from . import training as t
 from .base import CPU_GPU, CPU_ONLY, Infer, Kernel, OpDef
+from .values import without_failed
 
 
 def _def(name: str, tf: str, infer: Infer, kernel: Kernel, lo: int, hi: int | None, *,
@@ -51,11 +52,11 @@ CATALOG: dict[str, OpDef] = {d.name: d for d in [
     _def("sum", "Sum", inf.infer_sum, k.reduce_sum, 1, 1, optional=["axis", "keepdims"], names=("x",)),
     _def("mean", "Mean", inf.infer_mean, k.reduce_mean, 1, 1, optional=["axis", "keepdims"], names=("x",)),
     _def("concat", "ConcatV2", inf.infer_concat,
-         lambda ctx, p, *xs: ctx.xp.concatenate(xs, axis=int(p.get("axis", 0) or 0)), 1, None, optional=_AXIS),
+         lambda ctx, p, *xs: ctx.xp.concatenate(without_failed(xs), axis=int(p.get("axis", 0) or 0)), 1, None,
+         optional=_AXIS),
     _def("split", "Split", inf.infer_split, k.split, 1, 1, required=["num"], optional=_AXIS, names=("x",),
          outputs_param="num"),
-    _def("stack", "Pack", inf.infer_stack, lambda ctx, p, *xs: ctx.xp.stack(xs, axis=int(p.get("axis", 0) or 0)),
-         1, None, optional=_AXIS),
+    _def("stack", "Pack", inf.infer_stack, k.gathered, 1, None, optional=_AXIS),
     _def("transpose", "Transpose", inf.infer_transpose, lambda ctx, p, x: ctx.xp.transpose(x, p.get("axes")), 1, 1,
          optional=["axes"], names=("x",)),
     _def("reshape", "Reshape", inf.infer_reshape, lambda ctx, p, x: ctx.xp.reshape(x, tuple(p["shape"])), 1, 1,

@@ -21,6 +21,7 @@ from .. import formats
 from ..atomic import atomic_open
 from ..errors import RunError
 from .base import KernelContext, KernelError
+from .values import CopyFailed
 
 Params = Mapping[str, Any]
 
@@ -98,7 +99,22 @@ def split(ctx: KernelContext, p: Params, x: Any) -> tuple[Any, ...]:
     return tuple(ctx.xp.array_split(x, int(p["num"]), axis=int(p.get("axis", 0) or 0)))
 
 
+def gathered(ctx: KernelContext, p: Params, *xs: Any) -> Any:
+    """``stack`` of a sweep's copies (gather, table): a failed copy's row is NaN, shaped as the others'."""
+    axis = int(p.get("axis", 0) or 0)
+    good = [x for x in xs if not isinstance(x, CopyFailed)]
+    if len(good) == len(xs):
+        return ctx.xp.stack(xs, axis=axis)
+    if not good:
+        raise KernelError(f"every copy failed ({len(xs)} copies): nothing to gather")
+    nan = ctx.xp.full_like(ctx.xp.asarray(good[0], dtype=float), float("nan"))
+    return ctx.xp.stack([nan if isinstance(x, CopyFailed) else x for x in xs], axis=axis)
+
+
 def add_n(ctx: KernelContext, p: Params, *xs: Any) -> Any:
+    xs = tuple(x for x in xs if not isinstance(x, CopyFailed))  # a sweep's combine leaves failed copies out
+    if not xs:
+        raise KernelError("every copy failed: nothing to combine")
     total = xs[0].copy() if len(xs) > 1 else xs[0]
     for x in xs[1:]:
         total = total + x
@@ -122,6 +138,11 @@ def mean_n(ctx: KernelContext, p: Params, *xs: Any) -> Any:
     weights = [w if isinstance(w, float) else int(w) for w in p["weights"]]  # a sweep's may be any number
     if "weights_last" in p and _last_batch_step(p["batches"], ctx.step):
         weights = [int(w) for w in p["weights_last"]]  # the epoch's partial batch, cut otherwise
+    if any(isinstance(x, CopyFailed) for x in xs):  # a sweep's combine: the copies that did not fail, reweighed
+        weights = [w for w, x in zip(weights, xs) if not isinstance(x, CopyFailed)]
+        xs = tuple(x for x in xs if not isinstance(x, CopyFailed))
+        if not xs:
+            raise KernelError("every copy failed: nothing to combine")
     terms = [(w, x) for w, x in zip(weights, xs) if w]
     total = terms[0][1] * terms[0][0]
     for w, x in terms[1:]:
@@ -130,11 +151,13 @@ def mean_n(ctx: KernelContext, p: Params, *xs: Any) -> Any:
 
 
 def _best(p: Params, metrics: Sequence[Any]) -> int:
-    """The copy with the best metric; a NaN metric is never the best (min() would keep one seen first)."""
-    scores = [float(m) for m in metrics]
+    """The copy with the best metric; a NaN metric (or a failed copy's) is never the best (min() would keep
+    one seen first)."""
+    scores = [float("nan") if isinstance(m, CopyFailed) else float(m) for m in metrics]
     usable = [s for s in scores if s == s]
     if not usable:
-        raise KernelError(f"every copy's metric is NaN ({len(scores)} copies): no best {p['mode']} to select")
+        raise KernelError(f"every copy's metric is NaN or its copy failed ({len(scores)} copies): "
+                          f"no best {p['mode']} to select")
     return scores.index(min(usable) if p["mode"] == "min" else max(usable))
 
 
@@ -144,7 +167,10 @@ def select(ctx: KernelContext, p: Params, *metrics: Any) -> Any:
 
 def pick(ctx: KernelContext, p: Params, *ins: Any) -> Any:
     n = int(p["n"])
-    return ins[n + _best(p, ins[:n])]
+    best = _best(p, ins[:n])
+    if isinstance(ins[n + best], CopyFailed):  # its metric was made, this value's op then failed
+        raise KernelError(f"the best copy ({best}) failed after its metric: {ins[n + best].error}")
+    return ins[n + best]
 
 
 def load(ctx: KernelContext, p: Params) -> Any:

@@ -34,3 +34,19 @@ _ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16
 
 def _itemsize(dtype: str) -> int:
     return _ITEMSIZE[dtype]
+
+
+@dataclass(frozen=True)
+class CopyFailed:
+    """What a sweep copy's op gives when it, or an op of the copy before it, failed: the copy is recorded as
+    failed and the sweep goes on. Only the sweep's own gathering ops (select, pick, gather, combine, table)
+    read one: a failed copy is never selected, its gathered row is NaN, a combine leaves it out."""
+
+    op: str  # the op that failed
+    device: str
+    error: str
+
+
+def without_failed(values: tuple[object, ...]) -> tuple[object, ...]:
+    """The values of the copies that did not fail."""
+    return tuple(v for v in values if not isinstance(v, CopyFailed))

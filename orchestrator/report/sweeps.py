@@ -51,11 +51,29 @@ def packing_dict(plan: Plan) -> dict[str, Any]:
     } for packing, search in zip(plan.packing, plan.spec.sweeps)}
 
 
+def failed_copies(run_report: Mapping[str, Any]) -> tuple[list[str], bool]:
+    """A line per sweep with failed copies (each named with its values and error), and whether the run fails:
+    it does unless every such sweep allows failures."""
+    lines, fatal = [], False
+    for name, sweep in (run_report.get("sweeps") or {}).items():
+        failed = [c for c in sweep["copies"] if c["status"] == "failed"]
+        if not failed:
+            continue
+        allowed = bool(sweep.get("allow_failures"))
+        fatal = fatal or not allowed
+        lines.append(f"{'warning' if allowed else 'error'}: sweep '{name}': {len(failed)} of {len(sweep['copies'])} "
+                     f"copies failed{' (allow_failures: true)' if allowed else ''}; the others finished and no "
+                     "failed copy was selected; run again with --resume to rerun only these:")
+        lines += [f"  copy {c['index']} ({_values(c['params'])}, id {c['id']}) on {short_device(c['device'])}: "
+                  f"{c.get('error', '?')}" for c in failed]
+    return lines, fatal
+
+
 def sweep_run_lines(run_report: Mapping[str, Any]) -> list[str]:
     """After a run: per sweep and device, copies planned and seen at once, and the peak seen under the cap."""
     lines = []
     for name, sweep in (run_report.get("sweeps") or {}).items():
-        done = sum(1 for c in sweep["copies"] if c["status"] in ("finished", "reused"))
+        done = sum(1 for c in sweep["copies"] if c["status"] in ("finished", "reused", "stopped"))
         parts = []
         for device, d in sweep["devices"].items():
             seen = d.get("peak_bytes_seen")
@@ -63,5 +81,7 @@ def sweep_run_lines(run_report: Mapping[str, Any]) -> list[str]:
                 if seen is not None and d.get("limit_bytes") else ""
             parts.append(f"{short_device(device)} {d['at_once']} at once planned, {d['most_at_once_seen']} seen"
                          f"{memory}")
-        lines.append(f"sweep '{name}': {done} of {len(sweep['copies'])} copies finished; " + "; ".join(parts))
+        failed = sum(1 for c in sweep["copies"] if c["status"] == "failed")
+        lines.append(f"sweep '{name}': {done} of {len(sweep['copies'])} copies finished"
+                     f"{f', {failed} failed' if failed else ''}; " + "; ".join(parts))
     return lines

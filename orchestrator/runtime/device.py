@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 from .backends import Backend, DeviceConfig, make_backend
 from ..errors import OpFailedError, OpTimeoutError, OrchestratorError
 from ..ops import KernelError, lookup
+from ..ops.values import CopyFailed
 from .exchange import Mailbox
 from .links import Address, Links
 from .usercode import WORKING_DIRECTORY, describe, user_origin
@@ -52,6 +53,9 @@ class OpTask:
     base_dir: str = ""  # where relative paths and user modules are found (only ops that need it get it)
     outputs: int = 1
     input_index: tuple[int | None, ...] = ()  # per input: which output of a tuple it reads, in place
+    # "copy": an op of a sweep's copy (it fails alone: a CopyFailed goes on in its place); "gather": a
+    # sweep's op that reads every copy (select, pick, gather, combine, table) and reads a CopyFailed
+    copies: str = ""
 
     @staticmethod
     def from_values(*values: Any) -> OpTask:
@@ -63,7 +67,7 @@ class OpTask:
         # values without field names, the usually-default tail dropped, and no __init__ on the way back
         # (a tiny op's payload: 115 bytes instead of 324, and a few microseconds less at every hop).
         head = (self.name, self.kind, self.params, self.n_inputs, self.run, self.step)
-        tail = (self.input_keys, self.timeout, self.log, self.base_dir, self.outputs, self.input_index)
+        tail = (self.input_keys, self.timeout, self.log, self.base_dir, self.outputs, self.input_index, self.copies)
         return _restore_op_task, (head if tail == _OP_TASK_DEFAULT_TAIL else head + tail,)
 
 
@@ -239,13 +243,18 @@ def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], s
     backend = runtime.backend
     at = task.step if step is None else step
     start = time.time()
+    failed = next((x for x in raw if isinstance(x, CopyFailed)), None)
+    if failed is not None and task.copies != "gather":
+        return _after_failed(task, runtime, failed, start)
     try:
         if backend.name == "host":  # host memory is Dask's to account: nothing to adopt or charge
             value = _with_timeout(task, runtime, raw, at)
         else:
-            inputs = tuple(backend.adopt(x, task.name) for x in raw)
+            inputs = tuple(x if isinstance(x, CopyFailed) else backend.adopt(x, task.name) for x in raw)
             value = backend.execute(task.name, lambda: _with_timeout(task, runtime, inputs, at))
     except Exception as exc:
+        if task.copies == "copy":  # the copy fails, the sweep goes on
+            return _after_failed(task, runtime, CopyFailed(task.name, runtime.config.name, _said(exc, task)), start)
         runtime.record(task.run, task.name, "failed", runtime.config.name, start, 0.0, 0,
                        error=f"{type(exc).__name__}: {exc}")
         if isinstance(exc, OrchestratorError):
@@ -259,6 +268,27 @@ def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], s
     if task.log and log:
         worker.log_event(LOG_TOPIC, f"Executing op {_tf_name(task.kind)} ({task.name}) in device {worker.name}")
     return value
+
+
+def _after_failed(task: OpTask, runtime: Runtime, failed: CopyFailed, start: float) -> Any:
+    """A copy's op that failed, or reads what failed: recorded where it ran, a CopyFailed in its place.
+
+    An op outside the sweep's copies that reads one fails, naming the copy's op and its error.
+    """
+    if task.copies != "copy":
+        raise OpFailedError(task.name, runtime.config.name, f"it reads the value of '{failed.op}', whose sweep copy "
+                            f"failed ({failed.error}); read the copies through the sweep's select, gather or combine")
+    now = time.time()
+    runtime.record(task.run, task.name, "op", runtime.config.name, start, now - start, 0)
+    runtime.record(task.run, task.name, "copy-failed", runtime.config.name, start, now - start, 0,
+                   error=failed.error if failed.op == task.name else f"not run: '{failed.op}' failed")
+    return failed if task.outputs == 1 else tuple(failed for _ in range(task.outputs))
+
+
+def _said(exc: Exception, task: OpTask) -> str:
+    if isinstance(exc, (OrchestratorError, KernelError)):
+        return str(exc)
+    return describe(exc, task.base_dir)
 
 
 def _tf_name(kind: str) -> str:
@@ -300,6 +330,8 @@ def move(name: str, device: str, run: str, value: Any) -> Any:
     """Receive a value from another device: one explicit copy per consuming device."""
     worker, runtime = _runtime()
     start = time.time()
+    if isinstance(value, CopyFailed):  # a failed copy's: nothing to copy
+        return value
     moved = runtime.backend.to_device(value, name)
     runtime.record(run, name, "move", str(worker.name), start, time.time() - start, _nbytes(moved))
     return moved
@@ -312,7 +344,7 @@ def token(*_: Any) -> None:
 
 def to_host(value: Any) -> Any:
     _, runtime = _runtime()
-    return runtime.backend.to_host(value)
+    return value if isinstance(value, CopyFailed) else runtime.backend.to_host(value)
 
 
 def commit_saves(dask_worker: Any, run: str) -> list[str]:
