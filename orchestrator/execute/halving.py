@@ -24,16 +24,25 @@ from __future__ import annotations
 import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..compile import LoopState, loop_start
 from ..spec.records import Halving, Loop, Search, Spec
-from .training import TrainingLoop
+from .training import Driver, TrainingLoop
 
-if TYPE_CHECKING:
-    from .loops import StagedRun
+
+class Staged(Driver, Protocol):
+    """What halving needs of the staged run (``execute.loops.StagedRun``) that drives it."""
+
+    known: dict[str, Any]
+    client_values: dict[str, Any]
+    outcomes: dict[str, dict[str, Any]]
+
+    def window_mode(self, loop: Loop) -> str: ...
+
+    def export(self, loop: Loop, state: LoopState, series: dict[str, list[Any]]) -> None: ...
 
 
 def group_search(spec: Spec, loop: Loop) -> tuple[Search, Halving]:
@@ -68,7 +77,7 @@ class _Copy:
 
 @dataclass
 class HalvingRun:
-    staged: StagedRun
+    staged: Staged
     search: Search
     halving: Halving
     loops: list[Loop]

@@ -5,22 +5,34 @@ A separate module so that :mod:`.loops` stays the driver: this is what it does f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ..cache import ref_of
 from ..compile.records import Located
 from ..spec.records import Loop, OpRef
+from ..plan.records import Plan
 from .caching import CacheUse
+from .submitter import Submitter
 
-if TYPE_CHECKING:
-    from .loops import StagedRun
+
+class Staged(Protocol):
+    """What placing cache hits needs of the staged run (``execute.loops.StagedRun``)."""
+
+    plan: Plan
+    submitter: Submitter
+    held: dict[str, Any]
+    known: dict[str, Located]
+    done: dict[str, Located]
+    known_ops: set[str]
+    notes: dict[str, str]
+    client_values: dict[str, Any]
 
 
 def recorded(loop: Loop) -> tuple[tuple[str, OpRef], ...]:
     """The series a loop records on the client: its metrics', then its evaluations' (a cache entry's order)."""
     return loop.metrics + (loop.evaluation.metrics if loop.evaluation is not None else ())
 
-def place_hits(staged: StagedRun, cache: CacheUse) -> None:
+def place_hits(staged: Staged, cache: CacheUse) -> None:
     """Values from the cache go to their planned devices; their ops (and loops) do not run."""
     spec = staged.plan.spec
     for name, values in cache.hits.items():

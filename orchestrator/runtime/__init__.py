@@ -24,8 +24,8 @@ from .exchange import Mailbox, Sent, Tag, bind_courier
 from .links import SECRET_BYTES as LINK_SECRET_BYTES
 from .partition_task import PartitionTask, run_partition
 from .resources import device_resource, resources_for, slot_resources, task_resource, worker_resources
-from .device import (LOG_TOPIC, RUNTIME_ATTRIBUTE, OpTask, Runtime, abort_run, bind, commit_saves, discard_saves,
-                      drain_records, move, open_links, run_op, set_links, to_host, token)
+from .calls import abort_run, commit_saves, discard_saves, drain_records, open_links, set_links
+from .device import LOG_TOPIC, RUNTIME_ATTRIBUTE, OpTask, Runtime, bind, move, run_op, to_host, token
 from .windows import ARG, LOCAL, RECEIVED, STATE, StateRule, WindowTask, run_window
 
 __all__ = ["ARG", "LINK_SECRET_BYTES", "LOCAL", "LOG_TOPIC", "RECEIVED", "RUNTIME_ATTRIBUTE", "STATE", "Mailbox", "OpTask", "Sent", "Tag", "PartitionTask",

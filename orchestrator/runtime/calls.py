@@ -1,0 +1,77 @@
+"""What the client runs on every worker (``client.run``): a run's saves committed or discarded, an abort,
+the direct links opened and their address book handed out, and the records drained.
+
+Each call finds the worker's :class:`~orchestrator.runtime.device.Runtime` and acts on one run's state in it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .device import _runtime
+from .links import Address
+
+
+def commit_saves(dask_worker: Any, run: str) -> list[str]:
+    """Run on every worker once a run has succeeded: its checkpoints take their places. The paths."""
+    _, runtime = _runtime(dask_worker)
+    with runtime.lock:
+        staged = runtime.staged.pop(run, {})
+    done = []
+    for staging, target in staged.items():
+        if os.path.exists(staging):
+            os.replace(staging, target)
+            done.append(target)
+    return done
+
+
+def discard_saves(dask_worker: Any, run: str) -> None:
+    """Run on every worker when a run failed: its checkpoints are dropped, existing files stay as they were."""
+    _, runtime = _runtime(dask_worker)
+    with runtime.lock:
+        staged = runtime.staged.pop(run, {})
+    for staging in staged:
+        if os.path.exists(staging):
+            os.unlink(staging)
+
+
+def abort_run(dask_worker: Any, run: str, why: str) -> None:
+    """Run on every worker (``Client.run``) when a run fails: wake every op waiting for a value of it."""
+    _, runtime = _runtime(dask_worker)
+    runtime.mailbox.abort(run, why)
+
+
+def open_links(dask_worker: Any, secret: bytes) -> tuple[str, Address] | None:
+    """Run on every worker (``Client.run``) before a run: its device, and where its links listen."""
+    _, runtime = _runtime(dask_worker)
+    address = str(dask_worker.address)
+    if "://" in address and not address.startswith("tcp://"):
+        return None  # TLS (or another comm): values keep to Dask's comms, which carry its security
+    host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    return runtime.config.name, runtime.links.listen(host, secret)
+
+
+def set_links(dask_worker: Any, book: dict[str, Address]) -> None:
+    """Run on every worker after :func:`open_links`: where every other device listens."""
+    _, runtime = _runtime(dask_worker)
+    runtime.links.book = {device: address for device, address in book.items() if device != runtime.config.name}
+
+
+def drain_records(dask_worker: Any, run: str) -> dict[str, Any]:
+    """Run on every worker (``Client.run``) after a run: its records of that run, and its memory."""
+    worker, runtime = _runtime(dask_worker)
+    runtime.mailbox.forget(run)
+    with runtime.lock:
+        mine = [r for key, r in runtime.records.items() if key[0] == run]
+        for key in [k for k in runtime.records if k[0] == run]:
+            del runtime.records[key]
+        samples = {loop: timelines for (of_run, loop), timelines in runtime.samples.items() if of_run == run}
+        for sampled in [k for k in runtime.samples if k[0] == run]:
+            del runtime.samples[sampled]
+    # what Dask itself says it moved into this worker for this run (its transfer log): key, bytes, when, from whom
+    received = [(key, int(nbytes), float(entry.get("start", 0.0)), float(entry.get("stop", 0.0)), str(entry.get("who")))
+                for entry in getattr(worker, "transfer_incoming_log", ())
+                for key, nbytes in entry.get("keys", {}).items() if run in str(key)]
+    return {"ran_on": str(worker.name), "records": mine, "memory": runtime.backend.stats(),
+            "created": runtime.created, "received": received, "samples": samples}
