@@ -197,3 +197,33 @@ def test_devices_still_spreads_the_copies_with_a_warning(tmp_path: Path) -> None
     assert not checked.errors and checked.spec is not None
     assert any("devices: is now spread:" in d.message for d in checked.warnings)
     assert checked.spec.op("hp/1/y").device_chain[-1].spec.device_index == 1
+
+
+def test_replicate_gives_each_copy_its_own_values_and_files(tmp_path: Path) -> None:
+    (tmp_path / "shards").mkdir()
+    for i in range(2):
+        np.save(tmp_path / "shards" / f"part{i}.npy", np.full((4, 3), float(i)))
+    spec = valid(tmp_path, """\
+        - name: towers
+          replicate:
+            devices: /gpu:*
+            values: {seed: [7, 8], shard: {glob: "shards/*.npy"}}
+            body:
+              - {name: part, op: load, path: "${copy.shard}", shape: [4, 3], device: /cpu:0}
+              - {name: noise, op: random.normal, shape: [4, 3], seed: "${copy.seed}"}
+              - {name: y, op: add, inputs: [part, noise]}
+              - {name: s, op: mul, inputs: [y, seed]}
+            combine: {s: concat}
+        """, "towers.s: '-'\n")
+    assert spec.op("towers/1/noise").params["seed"] == 8
+    assert spec.op("towers/0/part").params["path"] == "shards/part0.npy"
+    assert spec.op("towers/1/s").inputs[1] == OpRef("towers/1/seed")
+    assert spec.op("towers/1/seed").params["value"] == 8
+    said = errors(tmp_path, """\
+        - name: towers
+          replicate:
+            devices: /gpu:*
+            values: {seed: [7, 8, 9]}
+            body: [{name: n, op: random.normal, shape: [2], seed: "${copy.seed}"}]
+        """)
+    assert any(":10:" in e and "2 copies (one per device) but 3 values of 'seed'" in e for e in said), said

@@ -160,9 +160,9 @@ _WHOLE_COPY_USE = re.compile(r"\s*\$\{\s*copy\.[A-Za-z0-9_]+\s*\}\s*\Z")
 
 
 def _copy_use(error: Any) -> bool:
-    """A complaint about a ``${copy.NAME}`` standing for a whole value inside a sweep's body."""
+    """A complaint about a ``${copy.NAME}`` standing for a whole value inside a sweep's (or replicate's) body."""
     path = list(error.absolute_path)
-    inside = any(a == "sweep" and b == "body" for a, b in zip(path, path[1:]))
+    inside = any(a in ("sweep", "replicate") and b == "body" for a, b in zip(path, path[1:]))
     return inside and isinstance(error.instance, str) and _WHOLE_COPY_USE.match(error.instance) is not None
 
 
