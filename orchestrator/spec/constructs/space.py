@@ -44,7 +44,8 @@ DISTRIBUTIONS = ("uniform", "loguniform", "randint", "choice")
 
 def copy_id(values: Mapping[str, Any]) -> str:
     """A copy's stable id: 12 hex digits of the SHA-256 of its values, keys sorted."""
-    text = json.dumps(values, sort_keys=True, separators=(",", ":"), default=str)
+    text = json.dumps(values, sort_keys=True, separators=(",", ":"), default=repr) \
+        if all(isinstance(v, (int, float, str, bool)) for v in values.values()) else repr(sorted(values.items(), key=str))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -101,8 +102,8 @@ class SpaceReader:
         found = sorted(os.path.relpath(p, base) for p in glob.glob(os.path.join(base, pattern), recursive=True)
                        if os.path.isfile(p))
         if not found:
-            self.error("sweep-glob", path, f"{what}: the glob '{pattern}' matches no file in {base}",
-                       "check the pattern; it is matched against the spec's folder when the spec is read")
+            self.error("sweep-glob", path, f"{what}: the glob '{pattern}' matches no file",
+                       "the pattern is matched against the spec's folder when the spec is read")
         return found
 
     def random(self, spec: Mapping[str, Any], path: YamlPath, name: str) -> list[Copy]:

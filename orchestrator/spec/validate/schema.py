@@ -203,8 +203,14 @@ def _leaves(error: Any) -> Iterable[Any]:
             yield error
             return
         deepest = max(len(e.absolute_path) for e in best)
+        found = False
         for leaf in best:
             if len(leaf.absolute_path) == deepest and leaf.validator != "anyOf":
+                found = True
                 yield from _leaves(leaf)
+        if not found:  # only alternatives deeper down (a list whose item fits none): say so there
+            for leaf in best:
+                if len(leaf.absolute_path) == deepest:
+                    yield from _leaves(leaf)
         return
     yield error
