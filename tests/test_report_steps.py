@@ -102,7 +102,9 @@ def test_the_page_draws_the_critical_path_and_each_devices_step(polyfit_run: tup
         assert seg["device"] in strings
         assert (f"{seg['kind']}: {seg['name']}" if seg["name"] else seg["kind"]) in strings
     assert any(s.startswith(f"Loop train: the critical path of step {path['step']} (") for s in strings)
-    assert {"compute", "transit", "send", "overhead"} <= strings  # the legends' kinds
+    assert {"compute", "send", "overhead"} <= strings  # the legends' kinds
+    # transit is drawn when the path has some: on a loaded machine a sampled step's path may have none
+    assert any(seg["kind"] == "transit" for seg in path["segments"]) <= ("transit" in strings)
 
     # each device's median step: a bar per op it computed, and the median step marked
     assert any(s.startswith("Loop train: each device's step, median of each part over 3 sampled steps")
