@@ -59,21 +59,23 @@ class Bench:
     reserve: float  # seconds kept for it while the benchmarks before it run (about its time on an idle machine)
 
 
+# reserves: about 1.5x each one's time in the last full run on the 2-core machine (B1 39 s, B2 26, B3 6, B4 39,
+# B5 19, L 3, B7 111, B8 23, B6 143); their sum must leave the first ones room to run at all
 BENCHES = (
-    Bench("B1", "run overhead", "bench_run.py", "run_overhead.json", 380, 120),
-    Bench("B2", "compile speed", "bench_compile.py", "compile.json", 160, 70),
-    Bench("B3", "transfers", "bench_transfers.py", "transfers.json", 120, 60),
-    Bench("B4", "data-parallel scaling", "bench_scaling.py", "scaling.json", 150, 80),
-    Bench("B5", "start-up", "bench_startup.py", "startup.json", 120, 60),
-    Bench("L", "loop memory", "bench_loop_memory.py", "loop_memory.json", 130, 70),
+    Bench("B1", "run overhead", "bench_run.py", "run_overhead.json", 380, 60),
+    Bench("B2", "compile speed", "bench_compile.py", "compile.json", 160, 40),
+    Bench("B3", "transfers", "bench_transfers.py", "transfers.json", 120, 20),
+    Bench("B4", "data-parallel scaling", "bench_scaling.py", "scaling.json", 150, 60),
+    Bench("B5", "start-up", "bench_startup.py", "startup.json", 120, 30),
+    Bench("L", "loop memory", "bench_loop_memory.py", "loop_memory.json", 130, 20),
     # fits its second round only if the budget allows (see bench_hosts.py); skips without root
     Bench("B7", "across two simulated hosts", "bench_hosts.py", "hosts.json", 270, 120),
     # polyfit with a checkpoint every 100 steps and without, alternating (rounds as the budget allows)
-    Bench("B8", "checkpoint cost", "bench_checkpoints.py", "checkpoints.json", 150, 75),
+    Bench("B8", "checkpoint cost", "bench_checkpoints.py", "checkpoints.json", 150, 40),
     # the search issue names its benchmark B8, which the checkpoint cost had taken: this one is B9
     Bench("B9", "64-copy search packed vs one at a time and Ray", "bench_search.py", "search.json", 110, 60),
     # last: it fits as many rounds as its budget allows (see bench_polyfit.py), so it takes what the others left
-    Bench("B6", "polyfit loop vs Dask, Ray, TF", "bench_polyfit.py", "polyfit.json", 360, 180),
+    Bench("B6", "polyfit loop vs Dask, Ray, TF", "bench_polyfit.py", "polyfit.json", 360, 150),
 )
 
 
