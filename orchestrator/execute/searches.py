@@ -31,14 +31,23 @@ def with_sweeps(plan: Plan, report: RunReport, values: Mapping[str, Any],
     ``outcomes``: the staged run's, by loop (how each ended) and by halving sweep (its rung table)."""
     if not plan.spec.sweeps:
         return report, {}
-    records = {r.name: r for r in report.ops}
     seen = {d.device: d.peak_bytes_seen for d in report.devices}
     sweeps: dict[str, Any] = {}
     tables: dict[str, str] = {}
     for search, packing in zip(plan.spec.sweeps, plan.packing):
-        copies = [_copy(search, packing, i, records, outcomes) for i in range(len(search.copies))]
-        spans = {c.index: [(float(r.start), float(r.start) + float(r.duration or 0)) for name, r in records.items()
-                           if c.owns(name) and r.start is not None] for c in search.copies}
+        own: dict[int, list[OpRecord]] = {}  # each copy's op records, in one pass
+        for record in report.ops:
+            copy = search.copy_of(record.name)
+            if copy is not None:
+                own.setdefault(copy.index, []).append(record)
+        loops = {}  # each copy's loops that ended early, and how
+        for loop, outcome in outcomes.items():
+            copy = search.copy_of(loop)
+            if copy is not None and outcome.get("stop_reason", "steps") != "steps":
+                loops[copy.index] = outcome
+        copies = [_copy(search, packing, i, own.get(i, []), loops.get(i)) for i in range(len(search.copies))]
+        spans = {i: [(float(r.start), float(r.start) + float(r.duration or 0)) for r in records if r.start is not None]
+                 for i, records in own.items()}
         best = values.get(f"{search.name}.best")
         sweeps[search.name] = {"params": list(search.params), "copies": copies,
                                "devices": _devices(packing, copies, seen, spans),
@@ -52,11 +61,11 @@ def with_sweeps(plan: Plan, report: RunReport, values: Mapping[str, Any],
     return replace(report, sweeps=sweeps), tables
 
 
-def _copy(search: Search, packing: SweepPacking, index: int, records: Mapping[str, OpRecord],
-          outcomes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def _copy(search: Search, packing: SweepPacking, index: int, own: Sequence[OpRecord],
+          stopped: Mapping[str, Any] | None) -> dict[str, Any]:
+    """One copy in the report: ``own`` its op records, ``stopped`` how its loop ended early (or None)."""
     copy = search.copies[index]
     slot = packing.copies[index]
-    own = [r for name, r in records.items() if copy.owns(name)]
     values = {copy.prefix + p for p in search.params}  # its values as ops: made whenever, not its work
     ran = [r for r in own if r.start is not None and r.duration is not None and r.name not in values]
     workers = sorted({r.worker for r in ran if r.worker})
@@ -71,11 +80,10 @@ def _copy(search: Search, packing: SweepPacking, index: int, records: Mapping[st
            "ran_on": workers, "wave": slot.wave, "start": start, "stop": stop, "status": status}
     if status == "failed":
         out["error"] = errors[0] if errors else next(r.error for r in own if r.error)
-    for loop, outcome in outcomes.items():  # a loop of the copy that halving (or its own rule) stopped early
-        if copy.owns(loop) and outcome.get("stop_reason", "steps") != "steps":
-            halved = str(outcome["stop_reason"]).startswith("halving")
-            out.update(status="stopped" if halved else status, stopped_at_step=outcome.get("stopped_at_step"),
-                       stop_reason=outcome["stop_reason"])
+    if stopped is not None:  # a loop of the copy that halving (or its own rule) stopped early
+        halved = str(stopped["stop_reason"]).startswith("halving")
+        out.update(status="stopped" if halved else status, stopped_at_step=stopped.get("stopped_at_step"),
+                   stop_reason=stopped["stop_reason"])
     return out
 
 

@@ -29,7 +29,7 @@ State: none; a pure function of the plan and the values each device holds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from ...errors import Diagnostic, format_bytes
 from ..records import CopySlot, DevicePacking, Plan, SweepPacking
@@ -66,39 +66,56 @@ def halving_problems(plan: Plan) -> list[Diagnostic]:
     return out
 
 
-def home_of(plan: Plan, copy: SweepCopy, names: Sequence[str]) -> str:
+def home_of(plan: Plan, names: Sequence[str]) -> str:
+    """The device that runs most of a copy's ops ``names`` (the first of them on a tie)."""
     counts: dict[str, int] = {}
     for name in names:
-        if copy.owns(name):
-            device = plan.placement(name).device_name
-            counts[device] = counts.get(device, 0) + 1
+        device = plan.placement(name).device_name
+        counts[device] = counts.get(device, 0) + 1
     return max(counts, key=lambda d: counts[d]) if counts else ""
+
+
+def by_copy(search: Search, names: Iterable[str]) -> dict[int, list[str]]:
+    """``names`` (ops, or what a device holds) by the copy of ``search`` they belong to, in one pass."""
+    out: dict[int, list[str]] = {}
+    for name in names:
+        copy = search.copy_of(name)
+        if copy is not None:
+            out.setdefault(copy.index, []).append(name)
+    return out
 
 
 def _pack_search(plan: Plan, search: Search, held: Mapping[str, Sequence[Held]],
                  unknown: Mapping[str, Sequence[str]], peaks: Mapping[str, int],
                  limits: Mapping[str, int | None]) -> SweepPacking:
-    names = [p.op for p in plan.placements if p.op.startswith(search.name + "/")]
+    ops_of = by_copy(search, (p.op for p in plan.placements))
     on: dict[str, list[SweepCopy]] = {}
     for copy in search.copies:
-        on.setdefault(home_of(plan, copy, names), []).append(copy)
+        on.setdefault(home_of(plan, ops_of.get(copy.index, [])), []).append(copy)
     devices: list[DevicePacking] = []
     slots: list[CopySlot] = []
     for device, copies in on.items():
-        packing = _pack_device(plan, device, copies, held.get(device, ()), unknown.get(device, ()),
-                               peaks.get(device, 0), limits.get(device))
+        holds: dict[int, int] = {}
+        for h in held.get(device, ()):
+            owner = search.copy_of(h.what)
+            if owner is not None:
+                holds[owner.index] = holds.get(owner.index, 0) + h.size
+        unsized = {c.index for c in (search.copy_of(name) for name in unknown.get(device, ())) if c is not None}
+        packing = _pack_device(plan, device, copies, holds, unsized, peaks.get(device, 0), limits.get(device))
         devices.append(packing)
         slots.extend(CopySlot(c.index, c.id, device, j // packing.at_once) for j, c in enumerate(copies))
     return SweepPacking(search.name, tuple(sorted(slots, key=lambda s: s.index)), tuple(devices))
 
 
-def _pack_device(plan: Plan, device: str, copies: Sequence[SweepCopy], held: Sequence[Held],
-                 unknown: Sequence[str], peak: int, limit: int | None) -> DevicePacking:
+def _pack_device(plan: Plan, device: str, copies: Sequence[SweepCopy], holds: Mapping[int, int],
+                 unsized: Collection[int], peak: int, limit: int | None) -> DevicePacking:
+    """``holds``: everything each copy holds on the device at any time, summed (a bound of what it holds at
+    once); ``unsized``: the copies with an op of unknown size there."""
     known = plan.spec.cluster.device(device)
     threads = known.threads if known is not None else 1
     n = len(copies)
-    sizes = [_holds(copy, held) for copy in copies]
-    sized = not any(copy.owns(name) for copy in copies for name in unknown)
+    sizes = [holds.get(copy.index, 0) for copy in copies]
+    sized = not any(copy.index in unsized for copy in copies)
     per_copy = max(sizes) if sizes and sized else None
     if known is None or not known.is_gpu:
         at_once = min(threads, n)
@@ -122,7 +139,3 @@ def _pack_device(plan: Plan, device: str, copies: Sequence[SweepCopy], held: Seq
                f"{format_bytes(per_copy)} per copy = {format_bytes(packed)} of {format_bytes(limit or 0)}")
     return DevicePacking(device, n, at_once, per_copy, peak, packed, limit, threads, why)
 
-
-def _holds(copy: SweepCopy, held: Sequence[Held]) -> int:
-    """Everything ``copy`` holds on a device at any time, summed: a bound of what it holds at once."""
-    return sum(h.size for h in held if h.what.startswith(copy.prefix))

@@ -65,11 +65,12 @@ class Sweep:
             copy_body = substitute_copy(body, values)
             if copy_body != body:  # the schema sees each copy's values where ${copy.NAME} stood
                 ex.copy_bodies.append(((*spath, "body"), i, copy_body))
+            made = len(ex.loops)
             ex.items(copy_body, (*spath, "body"), copy_prefix, copy_chain, ex.scoped(copy_prefix, local, {}, resolve),
                      name)
             if halving is not None:  # the copy's loop's windows end at the rungs, where the driver decides
-                ex.loops[:] = [replace(lp, rungs=halving.rungs) if lp.name == copy_prefix + halving.loop else lp
-                               for lp in ex.loops]
+                ex.loops[made:] = [replace(lp, rungs=halving.rungs) if lp.name == copy_prefix + halving.loop else lp
+                                   for lp in ex.loops[made:]]
             records.append(SweepCopy(i, copy_id(values), values, copy_prefix))
         self.select(ex, spec, spath, name, chain, local, numbers, copies)
         self.gather(ex, spec, spath, name, chain, local, len(copies))
