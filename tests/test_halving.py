@@ -179,3 +179,18 @@ def test_a_copy_loop_on_two_devices_cannot_be_halved(tmp_path: Path) -> None:
         "              - {name: loss, op: mean, inputs: [sq], device: /cpu:0}")
     said = errors(checked(tmp_path, "", text))
     assert any("runs on 2 devices" in e and "keep each copy's loop on one device" in e for e in said), said
+
+
+@pytest.mark.cluster
+def test_a_cached_halving_sweep_decides_again_on_resume(tmp_path: Path) -> None:
+    spec = write(tmp_path, spec_text().replace("  - name: hp\n    sweep:", "  - name: hp\n    cache: true\n    sweep:"))
+    tables = []
+    for resume in (False, True):
+        report = tmp_path / f"run-{resume}.json"
+        run_file(spec, echo=lambda _: None, report_path=str(report), resume=resume)
+        data = json.loads(report.read_text())
+        tables.append(data["sweeps"]["hp"]["rungs"])
+        ops = {o["name"]: o for o in data["ops"]}
+        # where a copy stops depends on the others at each rung: its loop is never taken from the cache alone
+        assert "halving sweep decides its copies' loops together" in ops["hp/0/train.w"]["cache"]
+    assert tables[0] == tables[1]

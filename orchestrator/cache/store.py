@@ -174,6 +174,9 @@ def _loop_key(plan: Plan, loop: Loop, known: Mapping[str, Key], base_dir: str, f
               unkeyed: dict[str, str]) -> Key | None:
     """A loop as one unit: its body (as written, names relative to it), steps, states and outer inputs."""
     spec = plan.spec
+    if loop.rungs:  # where it stops depends on the other copies at each rung, which its key cannot say
+        unkeyed[loop.name] = "a halving sweep decides its copies' loops together, rung by rung"
+        return None
     body = set(loop.body + _evaluated(loop))  # with any loop inside it: the outermost loop is the unit
     parts: dict[str, str] = {"steps": str(loop.steps)}
     if loop.evaluation is not None:  # what it evaluates decides when a loop stops, and its tables
