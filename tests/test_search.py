@@ -182,3 +182,50 @@ def test_the_example_copies_into_a_fresh_folder_and_plans(tmp_path: Path) -> Non
     assert run_cli(["validate", str(tmp_path / "search.yaml"), "--set", "degrees=[2, 4]"], out=out) == 0
     plan = plan_file(tmp_path / "search.yaml", params={"degrees": [2, 4]})
     assert len(plan.spec.sweeps[0].copies) == 8 and plan.spec.values["poly.losses"][0].shape == (8,)
+
+
+SLEEPY_STEP = """\
+import time
+
+
+def step(w, lr, xp):
+    time.sleep(0.01)  # a small model's step on a GPU: the host thread waits for its kernels
+    return w - lr * w
+"""
+
+
+@pytest.mark.cluster
+def test_a_sweeps_training_loops_run_side_by_side_on_a_packed_gpu(tmp_path: Path) -> None:
+    (tmp_path / "step_fns.py").write_text(SLEEPY_STEP, encoding="utf-8")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(textwrap.dedent("""\
+        version: 1
+        cluster: {jobs: {localhost: {gpus: 1, gpu_threads: 4}}}
+        graph:
+          - name: s
+            sweep:
+              grid: {lr: [0.1, 0.2, 0.3, 0.4]}
+              spread: /gpu:0
+              body:
+                - {name: w0, op: ones, shape: [4]}
+                - name: train
+                  iterate:
+                    steps: 12
+                    window: 4
+                    state: {w: w0}
+                    body:
+                      - {name: w_next, op: call, fn: "step_fns:step", kernels: [gpu], inputs: [w, lr],
+                         output: {shape: [4]}}
+                      - {name: loss, op: sum, inputs: [w_next]}
+                    update: {w: w_next}
+                    metrics: {loss: loss}
+              gather: {w: train.w}
+        outputs:
+          s.w: "-"
+        """), encoding="utf-8")
+    result = run_file(spec, echo=quiet)
+    lrs = np.array([0.1, 0.2, 0.3, 0.4])
+    np.testing.assert_allclose(result.values["s.w"], np.ones((4, 4)) * ((1 - lrs) ** 12)[:, None], rtol=1e-12)
+    device = result.report["sweeps"]["s"]["devices"][GPU0]
+    assert device["at_once"] == 4 and device["most_at_once_seen"] >= 2, device  # one after another: 1
+    assert all(result.report["loops"][f"s/{i}/train"]["stop_reason"] == "steps" for i in range(4))

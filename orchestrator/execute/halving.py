@@ -1,10 +1,13 @@
-"""Successive halving: the copies of a sweep's training loop, stepped side by side and decided rung by rung.
+"""A sweep's copies of a training loop, stepped side by side; with ``halving:``, decided rung by rung.
 
 Policy. Every copy's loop runs window by window (``TrainingLoop.stepwise``;
 its windows end at the rungs, ``Loop.rungs``), the copies in turn, so that
 each has a window on the cluster while the driver reads another's: the
-cluster's resources (and a packed GPU's slots) decide what runs at once. At
-a rung the driver waits until every copy still running has reached it, then
+cluster's resources (and a packed GPU's slots) decide what runs at once, as
+they do for a sweep's other ops. Only copies whose loop keeps to one device
+are stepped so (two loops exchanging values across devices could each hold
+a device the other waits for); other copies' loops run one after another, as
+any loops do. With successive halving, at a rung the driver waits until every copy still running has reached it, then
 ranks them all by the metric's value at that step: ``mode`` first, a NaN
 last, ties by copy index. The best ``keep`` of them (at least one) go on;
 the rest stop at that step, and their loops end there (their final states
@@ -29,7 +32,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..compile import LoopState, loop_start
+from ..plan.records import Plan
 from ..spec.records import Halving, Loop, Search, Spec
+from .caching import CacheUse
 from .training import Driver, TrainingLoop
 
 
@@ -39,29 +44,45 @@ class Staged(Driver, Protocol):
     known: dict[str, Any]
     client_values: dict[str, Any]
     outcomes: dict[str, dict[str, Any]]
+    cache: CacheUse | None
+    parent: dict[str, str | None]
 
     def window_mode(self, loop: Loop) -> str: ...
 
     def export(self, loop: Loop, state: LoopState, series: dict[str, list[Any]]) -> None: ...
 
+    def store_loop(self, cache: CacheUse, loop: Loop) -> None: ...
 
-def group_search(spec: Spec, loop: Loop) -> tuple[Search, Halving]:
-    """The halving sweep whose copies' loop ``loop`` is (``halving_group`` found one)."""
+
+def group_search(spec: Spec, loop: Loop) -> tuple[Search, Halving | None]:
+    """The sweep whose copies' loop ``loop`` is (``copy_loops`` found one), and its halving."""
     for search in spec.sweeps:
         copy = search.copy_of(loop.name)
-        if search.halving is not None and copy is not None and loop.name == copy.prefix + search.halving.loop:
+        if copy is not None and "/" not in loop.name[len(copy.prefix):]:
             return search, search.halving
     raise KeyError(loop.name)
 
 
-def halving_group(spec: Spec, loop: Loop, pending: Sequence[Loop]) -> list[Loop]:
-    """Every pending copy's loop of the halving sweep ``loop`` belongs to; [] when it belongs to none."""
+def copy_loops(plan: Plan, loop: Loop, pending: Sequence[Loop]) -> list[Loop]:
+    """Every pending copy's loop of the sweep whose copy's (top-level body) loop ``loop`` is, when they can be
+    stepped side by side (each on one device, holding no loop); [] otherwise: they run one after another."""
     try:
-        search, halving = group_search(spec, loop)
+        search, halving = group_search(plan.spec, loop)
     except KeyError:
         return []
-    names = {copy.prefix + halving.loop for copy in search.copies}
-    return [lp for lp in pending if lp.name in names]
+    copy = search.copy_of(loop.name)
+    assert copy is not None
+    names = {c.prefix + loop.name[len(copy.prefix):] for c in search.copies}
+    group = [lp for lp in pending if lp.name in names]
+    if halving is None and not all(_alone(plan, lp) for lp in group):
+        return []  # (a halving sweep's are checked by the plan: it refuses a copy loop on two devices)
+    return group
+
+
+def _alone(plan: Plan, loop: Loop) -> bool:
+    """A loop on one device, holding no loop of its own."""
+    nested = any(other.name.startswith(loop.name + "/") for other in plan.spec.loops)
+    return not nested and len({plan.placement(name).device_name for name in loop.body}) == 1
 
 
 @dataclass
@@ -76,17 +97,17 @@ class _Copy:
 
 
 @dataclass
-class HalvingRun:
+class CopyLoops:
     staged: Staged
     search: Search
-    halving: Halving
+    halving: Halving | None
     loops: list[Loop]
     rungs: list[dict[str, Any]] = field(default_factory=list)
 
     def run(self) -> None:
         copies = [self.start(loop) for loop in self.loops]
         running = [c for c in copies if self.advance(c, 1)]
-        for number, rung in enumerate(self.halving.rungs, start=1):
+        for number, rung in enumerate(self.halving.rungs if self.halving is not None else (), start=1):
             running = [c for c in running if self.advance(c, rung)]
             if not running:
                 break
@@ -95,7 +116,8 @@ class HalvingRun:
             self.advance(copy, copy.loop.steps + 1)
         for copy in copies:
             self.end(copy)
-        self.staged.outcomes[self.search.name] = {"rungs": self.rungs}
+        if self.halving is not None:
+            self.staged.outcomes[self.search.name] = {"rungs": self.rungs}
 
     def start(self, loop: Loop) -> _Copy:
         staged = self.staged
@@ -121,6 +143,7 @@ class HalvingRun:
     def decide(self, number: int, rung: int, running: list[_Copy]) -> list[_Copy]:
         """Rank every copy still running by the metric at ``rung``; the best ``keep`` go on, the rest stop."""
         h = self.halving
+        assert h is not None
         values = {c.index: float(np.asarray(c.series[h.metric][rung - 1])) for c in running}
         sign = 1.0 if h.mode == "min" else -1.0
         ranked = sorted(running, key=lambda c: (math.isnan(values[c.index]), sign * values[c.index], c.index))
@@ -143,6 +166,10 @@ class HalvingRun:
         assert copy.final is not None
         staged.client_values.update(copy.training.tables())
         staged.outcomes[loop.name] = copy.training.outcome
-        for values in copy.series.values():
-            values.extend([np.float64(np.nan)] * (loop.steps - len(values)))
+        if str(copy.training.outcome["stop_reason"]).startswith("halving"):
+            for values in copy.series.values():
+                values.extend([np.float64(np.nan)] * (loop.steps - len(values)))
         staged.export(loop, copy.final, copy.series)
+        cache = staged.cache
+        if cache is not None and staged.parent[loop.name] is None and cache.wanted(loop.name):
+            staged.store_loop(cache, loop)  # as a loop run alone is stored

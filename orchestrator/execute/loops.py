@@ -41,7 +41,7 @@ from ..ops import lookup
 from .caching import CacheUse
 from .checkpointing import CheckpointWriter
 from .training import TrainingLoop
-from .halving import HalvingRun, group_search, halving_group
+from .halving import CopyLoops, copy_loops, group_search
 from .hits import place_hits, recorded
 from .submitter import Submitter
 from .outputs import MetricFiles, metric_value
@@ -166,11 +166,11 @@ class StagedRun:
                 if ready:
                     continue
                 raise RunError("cannot order the loops of this spec: a loop reads a value made after it")
-            group = halving_group(spec, next_loop, pending)
+            group = copy_loops(self.plan, next_loop, pending)
             for member in group or [next_loop]:
                 pending.remove(member)
-            if group:  # a halving sweep's copies: stepped side by side, decided rung by rung
-                HalvingRun(self, *group_search(spec, next_loop), group).run()
+            if group:  # a sweep's copies: stepped side by side (and with halving, decided rung by rung)
+                CopyLoops(self, *group_search(spec, next_loop), group).run()
             else:
                 self.run_loop(next_loop, 0 if step is None else step * next_loop.steps)
             for member in group or [next_loop]:
