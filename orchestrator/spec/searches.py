@@ -22,9 +22,6 @@ class SweepCopy:
     values: Mapping[str, Any] = field(hash=False)
     prefix: str  # its ops are named PREFIX + body name: "ridge/3/"
 
-    def owns(self, op: str) -> bool:
-        return op.startswith(self.prefix)
-
 
 @dataclass(frozen=True)
 class Table:

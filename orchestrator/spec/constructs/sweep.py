@@ -179,7 +179,7 @@ class Sweep:
         spec = item.get("sweep") or {}
         body = spec.get("body") or []
         name = item.get("name")
-        made = {f"{name}.{n}" for n in ex.local_names(body) | set(_numbers_written(spec))}
+        made = {f"{name}.{n}" for n in ex.local_names(body) | set(_params_written(spec))}
         made |= {f"{name}.{n}" for n in (spec.get("gather") or {})} | {f"{name}.{n}" for n in (spec.get("combine") or {})}
         return {f"{name}.best"} | made
 
@@ -191,11 +191,11 @@ class Sweep:
         spec = item["sweep"]
         copies = space_size(spec)
         extra = len(spec.get("gather") or {}) + len(spec.get("combine") or {})
-        return copies * (items(spec["body"]) + len(_numbers_written(spec))) + 1 + len(spec["body"]) + extra
+        return copies * (items(spec["body"]) + len(_params_written(spec))) + 1 + len(spec["body"]) + extra
 
 
-def _numbers_written(spec: Mapping[str, Any]) -> list[str]:
-    """The parameters of a space as written (which are numbers is known only once it is read)."""
+def _params_written(spec: Mapping[str, Any]) -> list[str]:
+    """The parameters of a space as written (which of them are numbers is known only once it is read)."""
     if "grid" in spec:
         return [str(k) for k in spec["grid"]]
     if "random" in spec:
