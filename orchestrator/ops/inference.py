@@ -353,6 +353,12 @@ def infer_call(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
 
 
 def infer_select(p: Params, ins: Sequence[ValueInfo]) -> tuple[ValueInfo, ...]:
+    """The best copy's value (or index): the copies are ranked by one number each."""
+    shaped = next((x for x in ins if x.shape is not None and x.shape != ()), None)
+    if shaped is not None:
+        raise ShapeError(f"select ranks the copies by one number each, but the metric is of shape "
+                         f"{_fmt(shaped.shape)}", "reduce it in the body to one number (e.g. {name: m, op: mean, "
+                         "inputs: [...]}) and select on that; a loop's metric is a series, its final state a value")
     return (ValueInfo((), "float64"),)
 
 

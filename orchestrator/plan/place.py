@@ -59,7 +59,7 @@ deterministic: the same spec gives the same plan.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from ..devices import ANY, SOFT_KEEPS, DeviceSpec
@@ -131,6 +131,9 @@ class Placer:
     chosen: dict[str, DeviceSpec] = field(default_factory=dict)
     round_robin: dict[int, TaskStrategy] = field(default_factory=dict)  # per rule, its strategy's state
     held: dict[str, dict[int, int]] = field(default_factory=dict)  # job -> task -> bytes placed there so far
+    # One mistake, one error: the copies a replicate or sweep makes of an op share its path; the first copy's
+    # error is kept (its index in ``diagnostics``) and the others counted.
+    repeats: dict[tuple[YamlPath, YamlPath], list[int]] = field(default_factory=dict)
 
     @property
     def cluster(self) -> Cluster:
@@ -236,7 +239,22 @@ class Placer:
         return message
 
     def report(self, op: Op, path: YamlPath, message: str, hint: str) -> None:
+        seen = self.repeats.get((op.path, path))
+        if seen is not None:
+            seen[1] += 1
+            return
+        self.repeats[(op.path, path)] = [len(self.diagnostics), 0]
         self.diagnostics.append(self.spec.document.diagnostic("placement", path, message, hint))
+
+    def reported(self) -> tuple[Diagnostic, ...]:
+        """The diagnostics, each repeated one saying how many more copies of its op have it."""
+        out = list(self.diagnostics)
+        for index, more in self.repeats.values():
+            if more:
+                d = out[index]
+                out[index] = replace(d, message=f"{d.message} (and in {more} more cop{'y' if more == 1 else 'ies'} "
+                                                f"of this op)")
+        return tuple(out)
 
     def no_kernel(self, op: Op) -> bool:
         """TF's first check: an op with no kernel for any device type of the cluster; reported once per op written.
@@ -355,4 +373,4 @@ def place(spec: Spec) -> Plan:
     """Place every op of a validated spec; placement errors are in ``plan.diagnostics``."""
     placer = Placer(spec)
     placements = tuple(placer.place(op) for op in spec.ops)
-    return Plan(spec, placements, (), tuple(placer.diagnostics))
+    return Plan(spec, placements, (), placer.reported())

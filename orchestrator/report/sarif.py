@@ -115,6 +115,7 @@ RULES: dict[str, str] = {
     "gpu-fraction": "A GPU memory fraction out of range",
     "size": "A memory size that cannot be read",
     "duration": "A duration that cannot be read",
+    "not-finite": "A setting that is .nan or .inf (only an op's data may be)",
     "scheduler": "A scheduler address that is not valid",
     "gpu-backend": "A GPU backend that is not registered",
     "task-address": "A task address that is not host:port",

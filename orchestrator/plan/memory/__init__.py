@@ -84,6 +84,9 @@ from .timeline import Held, schedule, scopes, timeline
 __all__ = ["plan_memory", "schedule"]
 
 
+_FINDINGS = frozenset({"memory", "memory-unknown", "halving"})  # the codes of what plan_memory finds
+
+
 def plan_memory(plan: Plan, granularity: str = "partition") -> Plan:
     """Return ``plan`` with per-device memory figures and diagnostics for devices over their limit."""
     line = timeline(plan, granularity)
@@ -98,7 +101,8 @@ def plan_memory(plan: Plan, granularity: str = "partition") -> Plan:
     for name in line.order:
         ops_on.setdefault(line.device_of[name], []).append(name)
     memories = []
-    diagnostics = list(plan.diagnostics)
+    # planned again at another granularity (run --granularity op): its own findings are made anew, not twice
+    diagnostics = [d for d in plan.diagnostics if d.code not in _FINDINGS]
     for device, names in ops_on.items():
         limit = _limit(plan, device)
         peak, peak_op, over_op, largest = _peak(held.get(device, []), names, line.step_of, limit)

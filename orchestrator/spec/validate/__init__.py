@@ -10,7 +10,8 @@ has its module:
 * :mod:`.graph`: ops, names, references, cycles, shapes, devices, rules;
 * :mod:`.combine`: the weights of each replicate's ``combine: mean``;
 * :mod:`.outputs`: files the run writes;
-* :mod:`.names`: keys that must be text, and one report per mistake.
+* :mod:`.names`: keys that must be text, and one report per mistake;
+* :mod:`.numbers`: settings that are finite numbers (``.nan`` and ``.inf`` only as data).
 
 Order of checks: cluster (sizes, GPUs), placement (default, rules), graph
 expansion (constructs), then on the flat graph: op types and parameters,
@@ -44,6 +45,7 @@ from .graph import (
 from .loops import check_loops
 from .training import settle_loops
 from .names import check_name_keys, once_per_copy
+from .numbers import check_finite_settings
 from .outputs import check_outputs
 from .schema import check_copy_items, check_schema, schema, schema_text
 from .topology import build_cluster, build_placement, scheduler_problem
@@ -72,7 +74,8 @@ def _validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
     c = Checker(doc)
     data = doc.data
     check_name_keys(c, data)
-    if c.diags:  # names that are not text: later checks build names by concatenation
+    check_finite_settings(c, data)
+    if c.diags:  # names that are not text (later checks build names by concatenation), settings that are NaN
         return None, sorted(c.diags, key=lambda d: (d.line, d.column))
     cluster = build_cluster(c, data.get("cluster") or {})
     placement = build_placement(c, data.get("placement") or {}, cluster)

@@ -1,5 +1,5 @@
 """Checks of ``iterate`` loops once shapes are known: an update keeps its state's shape and dtype, a metric
-is one number per step."""
+is one number per step (an evaluation metric one number per evaluation)."""
 
 from __future__ import annotations
 
@@ -46,18 +46,23 @@ def check_loops(c: Checker, loops: Sequence[Loop], values: Mapping[str, tuple[Va
 def check_metrics(c: Checker, loop: Loop, values: Mapping[str, tuple[ValueInfo, ...]]) -> None:
     """A metric's series keeps one value per step on the client (the bound on steps counts on it), and is
     written as a column: an array per step would grow the client by its size at every step."""
-    for name, ref in loop.metrics:
-        info = _info(values, ref)
-        if info is None or info.shape is None or info.shape == ():
-            continue  # unknown until it runs (a call without output): the run checks every step's value
-        local = _local(loop, ref)
-        c.error("loop-metric", (*loop.path, "metrics", name),
-                f"metric '{name}' of '{loop.name}' is '{local}', of shape {fmt_shape(info.shape)}; a metric is one "
-                f"number per step", f"reduce it in the body, e.g. {{name: {name}_mean, op: mean, inputs: [{local}]}}, "
-                f"and make that the metric, or carry the array as a state")
+    evaluated = loop.evaluation.metrics if loop.evaluation is not None else ()
+    for where, each, metrics in (("metrics", "step", loop.metrics), ("evaluate", "evaluation", evaluated)):
+        for name, ref in metrics:
+            info = _info(values, ref)
+            if info is None or info.shape is None or info.shape == ():
+                continue  # unknown until it runs (a call without output): the run checks every value
+            local = _local(loop, ref, evaluated=where == "evaluate")
+            path = (*loop.path, "metrics", name) if where == "metrics" else (*loop.path, "evaluate", "metrics", name)
+            c.error("loop-metric", path, f"{'evaluation ' if where == 'evaluate' else ''}metric '{name}' of "
+                    f"'{loop.name}' is '{local}', of shape {fmt_shape(info.shape)}; a metric is one number per {each}",
+                    f"reduce it in the {'evaluation ' if where == 'evaluate' else ''}body, e.g. {{name: {name}_mean, "
+                    f"op: mean, inputs: [{local}]}}, and make that the metric"
+                    + (", or carry the array as a state" if where == "metrics" else ""))
 
 
-def _local(loop: Loop, ref: OpRef) -> str:
-    """The update as the user wrote it inside the body: ``w_next``, not ``train/w_next``."""
-    text = str(ref)
-    return text[len(loop.name) + 1:] if text.startswith(loop.name + "/") else text
+def _local(loop: Loop, ref: OpRef, evaluated: bool = False) -> str:
+    """The op as the user wrote it inside the body: ``w_next``, not ``train/w_next`` (``gap``, not
+    ``train/eval/gap``, in the evaluation body)."""
+    text, prefix = str(ref), loop.name + ("/eval/" if evaluated else "/")
+    return text[len(prefix):] if text.startswith(prefix) else text

@@ -46,7 +46,10 @@ def finite_problem(field: str, value: Any) -> tuple[str, str]:
         return f"must be a finite number of seconds, got {show(value)}", _DURATIONS[field]
     if field in ("memory_limit", "limit", "total"):
         return f"must be a finite size, got {show(value)}", _size_hint(field)
-    return f"must be a finite number, got {show(value)}", "YAML reads .inf and .nan as infinity and not-a-number"
+    leave = f", or leave {field} out for its default" if field and not field.isdigit() else ""
+    return (f"must be a finite number, got {show(value)}",
+            f"write a finite number{leave}; YAML reads .nan and .inf as not-a-number and infinity, which only an "
+            "op's data may hold")
 
 
 _DURATIONS = {

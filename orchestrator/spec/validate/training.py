@@ -23,6 +23,7 @@ from typing import Mapping, Sequence
 from ...errors import did_you_mean
 from ...ops.training import batches_per_epoch
 from ...ops.values import ValueInfo
+from ..constructs.iterate import MAX_STEPS
 from ..records import Loop, Op
 from .checker import Checker
 
@@ -87,6 +88,11 @@ def _batched_steps(c: Checker, loop: Loop, values: Values) -> int:
     if batches.epochs is None:
         return loop.steps
     steps = batches.epochs * per_epoch
+    if steps > MAX_STEPS:
+        c.error("loop-steps", (*where, "epochs"), f"{batches.epochs:,} epoch(s) of {per_epoch:,} batch(es) are "
+                f"{steps:,} steps, more than the {MAX_STEPS:,} a loop may run", "fewer epochs or larger batches; "
+                "a loop keeps one value of each metric per step on the client")
+        return 0
     if loop.steps and loop.steps != steps:
         c.error("batches-steps", (*loop.path, "steps"), f"steps: {loop.steps} does not match {batches.epochs} "
                 f"epoch(s) of {per_epoch} batch(es) ({n} rows in batches of {batches.size}"
