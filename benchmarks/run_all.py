@@ -4,7 +4,7 @@ B1 run overhead, B2 compile speed, B3 transfers, B4 data-parallel scaling,
 B5 start-up, the client memory of a long loop, B7 polyfit and the B4 towers
 across two simulated hosts (network namespaces; skipped without root), B8 the
 cost of checkpoints in polyfit's loop, B9 a 64-copy search packed on 2 simulated
-GPUs beside one at a time and Ray, and B6
+GPUs beside one at a time and Ray, B11 validate of a search by its copies, and B6
 the polyfit example's training loop beside hand-written Dask futures, Ray and
 TensorFlow (Ray and TensorFlow only where installed: ``pip install -e '.[anchors]'``). Each
 benchmark prints its own figures and writes ``benchmarks/results/<name>.json``;
@@ -74,6 +74,8 @@ BENCHES = (
     Bench("B8", "checkpoint cost", "bench_checkpoints.py", "checkpoints.json", 150, 40),
     # the search issue names its benchmark B8, which the checkpoint cost had taken: this one is B9
     Bench("B9", "64-copy search packed vs one at a time and Ray", "bench_search.py", "search.json", 110, 60),
+    # validate of a search by its copies (the most a spec may make, 20k) and the refusal of 250k
+    Bench("B11", "validate of a search by copies", "bench_validate_copies.py", "validate_copies.json", 90, 30),
     # last: it fits as many rounds as its budget allows (see bench_polyfit.py), so it takes what the others left
     Bench("B6", "polyfit loop vs Dask, Ray, TF", "bench_polyfit.py", "polyfit.json", 360, 150),
 )
@@ -223,7 +225,24 @@ def figures(runs: dict[str, dict[str, Any]]) -> list[Figure]:
                           "steps ÷ none, training loop", get(b8, "ratio"), "{:.3f}", "≤ 1.05", at_most(1.05),
                     f"{every:.2f} s vs {none:.2f} s, medians of {b8.get('rounds_done')}" if every and none else ""))
     out += search_figures(data("B9"))
+    out += validate_copies_figures(data("B11"))
     return out
+
+
+def validate_copies_figures(b11: dict[str, Any]) -> list[Figure]:
+    """B11: validate of the largest search a spec may hold, its growth per copy, and the refusal of 250k."""
+    copies = b11.get("copies") or {}
+    largest = copies.get(max(copies, key=int)) if copies else None
+    refused = b11.get("refused_250k") or {}
+    return [
+        _fig("B11", f"orchestrate validate, a search of {max(copies, key=int) if copies else '20000'} copies "
+                    "(the most a spec may make), wall s", (largest or {}).get("wall_s"), "{:.1f}", "< 30",
+             lambda v: v < 30, f"{largest['cpu_s']:.1f} s CPU" if largest else ""),
+        _fig("B11", "validate per copy beyond start-up: largest ÷ 1k copies (linear in copies)", b11.get("linearity"),
+             "{:.2f}", "≤ 1.5", at_most(1.5)),
+        _fig("B11", "orchestrate validate, 250k copies: refused (exit 1), wall s", refused.get("wall_s"), "{:.1f}",
+             "< 30", lambda v: v < 30, f"exit {refused.get('exit_codes')}" if refused else ""),
+    ]
 
 
 def search_figures(b9: dict[str, Any]) -> list[Figure]:

@@ -135,3 +135,20 @@ def test_select_on_a_metric_series_is_refused_before_any_copy_trains(tmp_path: P
     assert len(errors) == 1, errors
     assert ":15:" in errors[0] and "select ranks the copies by one number each, but the metric is of shape [4]" \
         in errors[0]
+
+
+def test_a_search_over_the_copies_cap_is_refused_before_its_copies_are_made(tmp_path: Path) -> None:
+    """Two sweeps of 12,000 copies each: the second passes the spec's 20,000 and is refused at its values."""
+    values = ", ".join(f"{i}.5" for i in range(12_000))
+    body = "body: [{name: y, op: mul, inputs: [x, k]}]"
+    text = f"""\
+version: 1
+graph:
+  - {{name: x, op: ones, shape: [2]}}
+  - {{name: a, sweep: {{param: k, values: [{values}], {body}}}}}
+  - {{name: b, sweep: {{param: k, values: [{values}], {body}}}}}
+"""
+    errors = _check(tmp_path, text)
+    assert len(errors) == 1, errors
+    assert ":5:" in errors[0] and "sweep 'b' makes 12,000 copies; a spec's sweeps make at most 20,000 in all " \
+        "(12,000 copies made before it)" in errors[0]

@@ -59,6 +59,7 @@ class Expander:
     cache_scopes: dict[str, bool] = field(default_factory=dict)  # construct name -> its ``cache:``
     searches: list[Search] = field(default_factory=list)  # every sweep's copies, in graph order
     copy_bodies: list[tuple[YamlPath, int, Any]] = field(default_factory=list)  # bodies ${copy.NAME} changed
+    copies: int = 0  # the sweeps' copies made so far (a spec holds at most space.MAX_COPIES)
 
     def construct_of(self, item: Mapping[str, Any]) -> Construct | None:
         return next((c for key, c in self.registry.items() if key in item), None)

@@ -49,12 +49,30 @@ def copy_id(values: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+MAX_COPIES = 20_000
+"""The copies a spec's sweeps may make in all. Every copy is planned ahead, op by op (placement, memory,
+packing), so validation takes time in proportion; this bound keeps ``validate`` of the largest search a
+spec may hold within seconds (benchmarks/bench_validate_copies.py). A space is counted before it is made."""
+
+
 class SpaceReader:
     """Reads one construct's space; every problem becomes a diagnostic at the value that causes it."""
 
-    def __init__(self, doc: Document, diagnostics: list[Diagnostic]):
+    def __init__(self, doc: Document, diagnostics: list[Diagnostic], room: int | None = None):
         self.doc = doc
         self.diagnostics = diagnostics
+        self.room = room  # the copies this space may make (what MAX_COPIES leaves); None: no bound
+
+    def fits(self, n: int, path: YamlPath, name: str) -> bool:
+        """Does a space of ``n`` copies fit the room left (else an error at the space, before it is made)?"""
+        if self.room is None or n <= self.room:
+            return True
+        before = f" ({MAX_COPIES - self.room:,} copies made before it)" if self.room < MAX_COPIES else ""
+        self.error("sweep-space", path, f"sweep '{name}' makes {n:,} copies; a spec's sweeps make at most "
+                   f"{MAX_COPIES:,} in all{before}, each planned ahead op by op",
+                   "search a smaller space per run: draw random: {samples: N} from it, or split it over runs "
+                   "with --set on its values", key=True)
+        return False
 
     def error(self, code: str, path: YamlPath, message: str, hint: str, key: bool = False) -> None:
         self.diagnostics.append(self.doc.diagnostic(code, path, message, hint, key=key))
@@ -70,7 +88,11 @@ class SpaceReader:
         if "grid" in spec:
             return self.grid(spec["grid"], (*path, "grid"), name)
         if "random" in spec:
+            if not self.fits(int(spec["random"]["samples"]), (*path, "random", "samples"), name):
+                return []
             return self.random(spec["random"], (*path, "random"), name)
+        if not self.fits(len(spec[forms[0]]), (*path, forms[0]), name):
+            return []
         if "copies" in spec:
             return self.listed(spec["copies"], (*path, "copies"), name)
         return [{str(spec["param"]): v} for v in spec["values"]]
@@ -82,6 +104,8 @@ class SpaceReader:
             if not values:
                 return []
             axes.append(values)
+        if not self.fits(math.prod(len(axis) for axis in axes), path, name):
+            return []
         return self.unique([dict(zip(grid, combo)) for combo in itertools.product(*axes)], path, name)
 
     def axis(self, axis: Any, path: YamlPath, name: str, param: str) -> list[Any]:

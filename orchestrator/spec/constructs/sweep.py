@@ -26,7 +26,7 @@ from ..records import Op, OpRef
 from ..searches import Search, SweepCopy, Table
 from .base import Chain, Expander, Resolver
 from .halving import read_halving
-from .space import SpaceReader, copy_id, substitute_copy
+from .space import MAX_COPIES, SpaceReader, copy_id, substitute_copy
 
 COMBINE_KIND = {"add_n": "add_n", "mean": "mean_n", "concat": "concat"}
 
@@ -47,7 +47,8 @@ class Sweep:
                resolve: Resolver, group: str | None) -> None:
         name, spec = prefix + str(item["name"]), item["sweep"]
         spath = (*path, "sweep")
-        copies = SpaceReader(ex.doc, ex.diagnostics).copies(spec, spath, name)
+        copies = SpaceReader(ex.doc, ex.diagnostics, MAX_COPIES - ex.copies).copies(spec, spath, name)
+        ex.copies += len(copies)
         if not copies:
             return
         devices = self.devices(ex, spec, spath, name, chain)
