@@ -117,12 +117,15 @@ def test_a_sweep_never_selects_a_copy_whose_metric_is_nan(tmp_path: Path) -> Non
               values: VALUES
               body:
                 - {name: loss, op: mul, inputs: [x, lr]}
-                - {name: total, op: sum, inputs: [loss]}
+                - {name: gap, op: sub, inputs: [lr], scalar: 1.0}
+                - {name: one, op: div, inputs: [gap, gap]}      # 0 / 0 = NaN for lr = 1
+                - {name: ones, op: mul, inputs: [loss, one]}
+                - {name: total, op: sum, inputs: [ones]}
               select: {min: total}
         outputs: {hp.best: "-"}
         """
-    spec.write_text(textwrap.dedent(body).replace("VALUES", "[.nan, 2.0, 1.0]"))
-    assert float(run_file(spec, echo=lambda _: None).values["hp.best"]) == 1.0  # min() alone would keep NaN
-    spec.write_text(textwrap.dedent(body).replace("VALUES", "[.nan, .nan]"))
+    spec.write_text(textwrap.dedent(body).replace("VALUES", "[1.0, 3.0, 2.0]"))
+    assert float(run_file(spec, echo=lambda _: None).values["hp.best"]) == 2.0  # min() alone would keep NaN
+    spec.write_text(textwrap.dedent(body).replace("VALUES", "[1.0]"))
     with pytest.raises(RunError, match="every copy's metric is NaN"):
         run_file(spec, echo=lambda _: None)

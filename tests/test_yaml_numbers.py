@@ -217,7 +217,8 @@ def test_a_dimension_written_with_an_exponent_says_which_integer_to_write(tmp_pa
         graph:
           - {name: x, op: zeros, shape: [1e3, 10]}
         """)
-    assert only_error(checked) == ("spec.yaml:3:34: graph[0].shape[0]: expected an integer, got the number 1000.0 "
+    assert only_error(checked) == ("spec.yaml:3:34: graph[0].shape[0]: expected an integer or an expression in quotes, "
+                                   "got the number 1000.0 "
                                    "(write 1000: a number with a decimal point or an exponent is a float in YAML)")
 
 

@@ -11,6 +11,7 @@ from ...errors import DeviceSpecError, Diagnostic, YamlPath, did_you_mean
 from ..records import Cluster, DeviceRequest, Document, Loop, Op, OpRef
 from ..searches import Search
 from ...ops import COMMON_KEYS, lookup
+from .shapes import settle_shapes
 
 Resolver = Callable[[str], OpRef]
 Chain = tuple[DeviceRequest, ...]
@@ -165,6 +166,8 @@ class Expander:
             req = self.device(item["device"], (*path, "device"), "op")
             chain = chain + ((req,) if req else ())
         params = {k: v for k, v in item.items() if k not in COMMON_KEYS}
+        if "shape" in params or "output" in params:  # dimensions written as expressions become numbers
+            settle_shapes(params, self.doc, path, self.diagnostics)
         self.ops.append(Op(
             name=prefix + str(item["name"]), kind=str(item["op"]), inputs=refs, params=params, path=path,
             input_keys=keys, device_chain=chain, after=tuple(str(resolve(str(a))) for a in item.get("after") or []),

@@ -78,24 +78,65 @@ class SpaceReader:
         self.diagnostics.append(self.doc.diagnostic(code, path, message, hint, key=key))
 
     def copies(self, spec: Mapping[str, Any], path: YamlPath, name: str) -> list[Copy]:
-        """The copies of the sweep ``spec`` (at ``path``); [] when the space is unusable (said already)."""
+        """The copies of the sweep ``spec`` (at ``path``); [] when the space is unusable (said already).
+
+        ``grid`` with ``random`` crosses them: ``samples`` draws for every point of the grid (Ray Tune's grid
+        search beside sampled parameters). ``repeats: N`` makes the whole space N times (Ray's
+        ``num_samples`` over a grid), fresh draws each time, each copy told its ``repeat`` (0 .. N-1).
+        Order: repeat slowest, then the grid (its first parameter slowest), then the draws.
+        """
         forms = [f for f in ("values", "grid", "random", "copies") if f in spec]
-        if len(forms) != 1:
+        if not forms or (len(forms) > 1 and set(forms) != {"grid", "random"}):
             self.error("sweep-space", path, f"sweep '{name}' " + (f"has {' and '.join(forms)}: one space, please"
-                       if forms else "has no space to search"),
-                       "write one of param: + values:, grid:, random: or copies:", key=len(forms) > 1)
+                       if forms else "has no space to search"), "write one of param: + values:, grid:, random: "
+                       "or copies: (grid: with random: draws random.samples copies at each point of the grid)",
+                       key=len(forms) > 1)
             return []
+        repeats = int(spec.get("repeats", 1))
+        points = self.points(spec, path, name)
+        if points is None:
+            return []
+        samples = int(spec["random"]["samples"]) if "random" in spec else 1
+        counted = (*path, "random", "samples") if "random" in spec else (*path, "repeats") \
+            if repeats > 1 and "repeats" in spec else (*path, forms[0])
+        if not self.fits(len(points) * samples * repeats, counted, name) or not self.repeat_free(spec, path, name):
+            return []
+        if "random" not in spec and repeats == 1:
+            return points
+        draws = self.random(spec["random"], (*path, "random"), name, len(points) * samples * repeats) \
+            if "random" in spec else [{}] * (len(points) * repeats)
+        if "random" in spec and not draws:
+            return []
+        made = [{**point, **draws[(r * len(points) + i) * samples + j], **({"repeat": r} if repeats > 1 else {})}
+                for r in range(repeats) for i, point in enumerate(points) for j in range(samples)]
+        return made
+
+    def points(self, spec: Mapping[str, Any], path: YamlPath, name: str) -> list[Copy] | None:
+        """The space's fixed points: the grid's, the listed copies or values ([{}] for random alone)."""
         if "grid" in spec:
-            return self.grid(spec["grid"], (*path, "grid"), name)
+            grid = self.grid(spec["grid"], (*path, "grid"), name)
+            return grid or None
         if "random" in spec:
-            if not self.fits(int(spec["random"]["samples"]), (*path, "random", "samples"), name):
-                return []
-            return self.random(spec["random"], (*path, "random"), name)
-        if not self.fits(len(spec[forms[0]]), (*path, forms[0]), name):
-            return []
-        if "copies" in spec:
-            return self.listed(spec["copies"], (*path, "copies"), name)
+            return [{}]
+        form = "copies" if "copies" in spec else "values"
+        if not self.fits(len(spec[form]) * int(spec.get("repeats", 1)), (*path, form), name):
+            return None
+        if form == "copies":
+            return self.listed(spec["copies"], (*path, "copies"), name) or None
         return [{str(spec["param"]): v} for v in spec["values"]]
+
+    def repeat_free(self, spec: Mapping[str, Any], path: YamlPath, name: str) -> bool:
+        """With ``repeats``, ``repeat`` is the copy's repeat: no parameter of the space may have that name."""
+        if int(spec.get("repeats", 1)) == 1:
+            return True
+        named = {str(spec.get("param"))} | set(spec.get("grid") or {}) | set((spec.get("random") or {}).get(
+            "params") or {}) | {k for c in spec.get("copies") or [] for k in c}
+        if "repeat" in named:
+            self.error("sweep-space", (*path, "repeats"), f"sweep '{name}' repeats its space and tells each copy "
+                       "its repeat as ${copy.repeat}, but the space has a parameter 'repeat' too",
+                       "rename the parameter", key=True)
+            return False
+        return True
 
     def grid(self, grid: Mapping[str, Any], path: YamlPath, name: str) -> list[Copy]:
         axes: list[list[Any]] = []
@@ -130,7 +171,8 @@ class SpaceReader:
                        "the pattern is matched against the spec's folder when the spec is read")
         return found
 
-    def random(self, spec: Mapping[str, Any], path: YamlPath, name: str) -> list[Copy]:
+    def random(self, spec: Mapping[str, Any], path: YamlPath, name: str, count: int) -> list[Copy]:
+        """``count`` draws, in order, from the stream ``seed`` starts (``samples`` for each point and repeat)."""
         draws = random.Random(int(spec.get("seed", 0)))
         samplers = []
         for param, dist in spec["params"].items():
@@ -145,7 +187,7 @@ class SpaceReader:
                 return []
             samplers.append((str(param), kind, args))
         copies = []
-        for _ in range(int(spec["samples"])):
+        for _ in range(count):
             copies.append({param: _draw(draws.random(), kind, args) for param, kind, args in samplers})
         return copies
 

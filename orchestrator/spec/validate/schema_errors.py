@@ -230,8 +230,8 @@ def _alternatives(branches: Any) -> str:
     """``an integer or a list`` from anyOf branches (their ``type`` or ``const``)."""
     names: list[str] = []
     for branch in branches if isinstance(branches, list) else []:
-        if isinstance(branch, dict) and "type" in branch:
-            name = _type_name(branch["type"])
+        if isinstance(branch, dict) and "type" in branch:  # a branch's title says what it is for, if it has one
+            name = str(branch["title"]) if "title" in branch else _type_name(branch["type"])
         elif isinstance(branch, dict) and "const" in branch:
             name = show(branch["const"])
         else:
