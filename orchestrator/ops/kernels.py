@@ -22,6 +22,7 @@ from ..atomic import atomic_open
 from ..errors import RunError
 from .base import KernelContext, KernelError
 from .values import CopyFailed
+from .training import partial_step
 
 Params = Mapping[str, Any]
 
@@ -121,12 +122,6 @@ def add_n(ctx: KernelContext, p: Params, *xs: Any) -> Any:
     return total
 
 
-def _last_batch_step(batches: Params, step: int) -> bool:
-    rows, size, passes = int(batches["rows"]), int(batches["size"]), int(batches["steps"])
-    per_epoch = -(-rows // size)
-    return (step % passes if passes else step) % per_epoch == per_epoch - 1
-
-
 def mean_n(ctx: KernelContext, p: Params, *xs: Any) -> Any:
     """Σ wᵢ·xᵢ / Σ wᵢ with the weights validation fixed (the rows of each copy's piece, else equal).
 
@@ -136,7 +131,7 @@ def mean_n(ctx: KernelContext, p: Params, *xs: Any) -> Any:
     mean of no rows is NaN, which 0·NaN would carry into the result.
     """
     weights = [w if isinstance(w, float) else int(w) for w in p["weights"]]  # a sweep's may be any number
-    if "weights_last" in p and _last_batch_step(p["batches"], ctx.step):
+    if "weights_last" in p and partial_step(p["batches"], ctx.step):
         weights = [int(w) for w in p["weights_last"]]  # the epoch's partial batch, cut otherwise
     if any(isinstance(x, CopyFailed) for x in xs):  # a sweep's combine: the copies that did not fail, reweighed
         weights = [w for w, x in zip(weights, xs) if not isinstance(x, CopyFailed)]

@@ -282,9 +282,10 @@ class Batches:
     data: tuple[tuple[str, OpRef], ...]  # (body op made for it, the outer value)
     size: int
     epochs: int | None
-    shuffle: bool = True
+    shuffle: bool | str = True  # True: a new order each epoch; "once": one order for every epoch; False: in order
     seed: int = 0
     drop_last: bool = False
+    across_epochs: bool = False  # the epochs one stream, batches cut from it whole (tf.data repeat, then batch)
 
 
 @dataclass(frozen=True)

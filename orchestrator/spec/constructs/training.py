@@ -49,8 +49,11 @@ def expand_batches(ex: Expander, spec: Mapping[str, Any], ipath: YamlPath, step_
     block = spec.get("batches")
     if block is None:
         return None
-    params = {"size": int(block["size"]), "shuffle": bool(block.get("shuffle", True)),
-              "seed": int(block.get("seed", 0)), "drop_last": block.get("last", "keep") == "drop"}
+    shuffle = block.get("shuffle", True)
+    params: dict[str, Any] = {"size": int(block["size"]), "shuffle": shuffle if shuffle == "once" else bool(shuffle),
+                              "seed": int(block.get("seed", 0)), "drop_last": block.get("last", "keep") == "drop"}
+    if block.get("across_epochs"):  # the stream of epochs is cut whole: its end is where the epochs end
+        params.update(across_epochs=True, epochs=None if block.get("epochs") is None else int(block["epochs"]))
     data = []
     for local, source in dict(block["data"]).items():
         ref = resolve(str(source))
@@ -60,7 +63,7 @@ def expand_batches(ex: Expander, spec: Mapping[str, Any], ipath: YamlPath, step_
         data.append((name, ref))
     epochs = block.get("epochs")
     return Batches(tuple(data), params["size"], None if epochs is None else int(epochs), params["shuffle"],
-                   params["seed"], params["drop_last"])
+                   params["seed"], params["drop_last"], bool(block.get("across_epochs", False)))
 
 
 def expand_evaluation(ex: Expander, spec: Mapping[str, Any], ipath: YamlPath, name: str, chain: Chain,

@@ -83,13 +83,17 @@ def _last_batch(splits: Sequence[Op], by_name: Mapping[str, Op], values: Values)
         if not data or data[0].shape is None or not data[0].shape:
             return {}
         rows, size = int(data[0].shape[0]), int(source.params["size"])
-        left = rows % size
+        across = bool(source.params.get("across_epochs"))
+        epochs = source.params.get("epochs")
+        # across epochs only the run's last batch may be partial (and only when the epochs bound the stream)
+        left = (int(epochs) * rows if epochs is not None else 0) % size if across else rows % size
         if not left or source.params.get("drop_last"):
             return {}
         num = int(split.params["num"])
         pieces = [left // num + (1 if i < left % num else 0) for i in range(num)]  # as array_split cuts them
         return {"weights_last": pieces if sum(pieces) else [1] * num,
-                "batches": {"rows": rows, "size": size, "steps": int(source.params.get("steps") or 0)}}
+                "batches": {"rows": rows, "size": size, "steps": int(source.params.get("steps") or 0),
+                            **({"across_epochs": True} if across else {})}}
     return {}
 
 

@@ -80,24 +80,28 @@ def _batched_steps(c: Checker, loop: Loop, values: Values) -> int:
                 "batch arrays of one length (rows are cut at the same places in each)")
         return 0
     n = next(iter(rows.values())) or 0
-    if batches.size > n:
+    if n == 0 or (batches.size > n and not batches.across_epochs):
         c.error("batches-size", (*where, "size"), f"a batch of {batches.size} rows is larger than the data "
-                f"({n} rows)", f"size: {n} or less (a batch never crosses an epoch)")
+                f"({n} rows)", f"size: {n} or less (a batch never crosses an epoch"
+                + (")" if n == 0 else "; across_epochs: true lets it)"))
         return 0
     per_epoch = batches_per_epoch(n, batches.size, batches.drop_last)
     if batches.epochs is None:
         return loop.steps
-    steps = batches.epochs * per_epoch
+    steps = batches_per_epoch(batches.epochs * n, batches.size, batches.drop_last) if batches.across_epochs \
+        else batches.epochs * per_epoch
+    made = f"{batches.epochs:,} epoch(s) of {n:,} rows in batches of {batches.size:,} across epochs" \
+        if batches.across_epochs else f"{batches.epochs:,} epoch(s) of {per_epoch:,} batch(es)"
     if steps > MAX_STEPS:
-        c.error("loop-steps", (*where, "epochs"), f"{batches.epochs:,} epoch(s) of {per_epoch:,} batch(es) are "
-                f"{steps:,} steps, more than the {MAX_STEPS:,} a loop may run", "fewer epochs or larger batches; "
-                "a loop keeps one value of each metric per step on the client")
+        c.error("loop-steps", (*where, "epochs"), f"{made} are {steps:,} steps, more than the {MAX_STEPS:,} a loop "
+                "may run", "fewer epochs or larger batches; a loop keeps one value of each metric per step on the "
+                "client")
         return 0
     if loop.steps and loop.steps != steps:
-        c.error("batches-steps", (*loop.path, "steps"), f"steps: {loop.steps} does not match {batches.epochs} "
-                f"epoch(s) of {per_epoch} batch(es) ({n} rows in batches of {batches.size}"
-                f"{', the last partial one dropped' if batches.drop_last else ''}): {steps} steps",
-                "leave steps out (it follows from epochs), or give steps without epochs")
+        detail = "" if batches.across_epochs else f" ({n} rows in batches of {batches.size}" \
+            f"{', the last partial one dropped' if batches.drop_last else ''})"
+        c.error("batches-steps", (*loop.path, "steps"), f"steps: {loop.steps} does not match {made}{detail}: "
+                f"{steps} steps", "leave steps out (it follows from epochs), or give steps without epochs")
         return 0
     return steps
 
