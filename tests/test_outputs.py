@@ -11,7 +11,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +24,15 @@ import pytest
 
 from orchestrator import run_file
 from orchestrator.api import check_file
+from orchestrator.atomic import FileSet
 from orchestrator.errors import OpFailedError, RunError
 from orchestrator.execute.outputs import resolve_output
 
 from cli_helpers import CPU0, cli, write
 
 import stat
+
+BIN = Path(sys.executable).parent
 
 from orchestrator.atomic import write_text
 
@@ -371,3 +379,176 @@ def test_a_metric_that_turns_out_an_array_fails_the_run_naming_it(tmp_path: Path
     assert str(failed.value) == ("metric 'train.loss' is not a number: at step 1 its value has shape [3] (a metric is "
                                  "one number per step: reduce it in the loop's body, e.g. with op: mean)")
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------- all or nothing: writes that fail
+
+
+FULL = """\
+    version: 1
+    graph:
+      - {name: w0, op: zeros, shape: [400000]}
+      - name: train
+        iterate:
+          steps: 4
+          window: 2
+          state: {w: w0}
+          body:
+            - {name: w1, op: add, inputs: [w], scalar: 1.0}
+            - {name: loss, op: mean, inputs: [w1]}
+          update: {w: w1}
+          metrics: {loss: loss}
+    outputs:
+      train.loss: out/m.csv
+      train.w: out/w.npy
+    """
+OLD = {"m.csv": b"yesterday's metric\n", "w.npy": b"yesterday's weights"}
+
+
+def _limited(size: int) -> Callable[[], None]:
+    def limit() -> None:  # in the child: a file may grow to `size` bytes (Python ignores SIGXFSZ: EFBIG instead)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    return limit
+
+
+@contextlib.contextmanager
+def _small_disk(where: Path) -> Iterator[None]:
+    """A 2 MiB tmpfs at ``where`` (root only): a disk that fills up, as a real one does."""
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()} (the file-size limit case covers it)")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+@pytest.mark.parametrize("how", ["file size limit", "full disk"])
+def test_a_write_that_fails_names_the_file_and_leaves_the_old_outputs(tmp_path: Path, how: str) -> None:
+    """The metric CSV is small and written first, the weights do not fit: neither takes its place (issue 31.2)."""
+    spec = write(tmp_path / "full.yaml", FULL)
+    out = tmp_path / "out"
+    with _small_disk(out) if how == "full disk" else contextlib.nullcontext():
+        out.mkdir(exist_ok=True)
+        for name, content in OLD.items():
+            (out / name).write_bytes(content)
+        done = subprocess.run([str(BIN / "orchestrate"), "run", str(spec), "--sync", "--no-progress"],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                              preexec_fn=_limited(1 << 20) if how == "file size limit" else None)
+        reason = "File too large" if how == "file size limit" else "No space left on device"
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.splitlines() == [
+            f"error: cannot write out/w.npy: {reason}; no output of this run was written; the files already there "
+            "are as they were (out/m.csv, out/w.npy)"]
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == OLD  # no temporary, no live file left
+
+
+def test_a_rename_that_fails_midway_puts_the_old_files_back(tmp_path: Path) -> None:
+    """The second target is a folder: the first file, already renamed, is put back as it was."""
+    (tmp_path / "a.npy").write_bytes(b"old a")
+    (tmp_path / "b.npy").mkdir()
+    files = FileSet()
+    for name in ("a.npy", "b.npy", "c.npy"):
+        with files.open(str(tmp_path / "sub" / ".." / name)) as handle:
+            handle.write(b"new " + name.encode())
+    with pytest.raises(IsADirectoryError) as failed:
+        files.commit()
+    assert failed.value.filename == str(tmp_path / "sub" / ".." / "b.npy")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "b.npy"]  # no temporary, no old copy, no sub/
+    assert (tmp_path / "a.npy").read_bytes() == b"old a"
+
+
+def test_a_commit_keeps_the_old_files_until_it_settles_and_undo_puts_them_back(tmp_path: Path) -> None:
+    (tmp_path / "a.npy").write_bytes(b"old a")
+    files = FileSet()
+    for name in ("a.npy", "b.npy"):
+        with files.open(str(tmp_path / name)) as handle:
+            handle.write(b"new")
+    assert files.commit() == [str(tmp_path / "a.npy"), str(tmp_path / "b.npy")]
+    assert (tmp_path / "a.npy").read_bytes() == b"new"
+    assert files.undo() == ""  # another part of the commit failed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy"] and (tmp_path / "a.npy").read_bytes() == b"old a"
+
+
+@pytest.mark.cluster
+def test_a_save_is_committed_with_the_outputs_or_not_at_all(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A save op's file (written on its worker) and the outputs: an output that cannot be written leaves
+    the saved file as it was too; when all can be, the run says each file it wrote and saved."""
+    spec = write(tmp_path / "spec.yaml", """\
+        version: 1
+        graph:
+          - {name: a, op: ones, shape: [3]}
+          - {name: keep, op: save, inputs: [a], path: out/ckpt.npy}
+        outputs:
+          a: out/a.npy
+          keep: out/b.npy
+        """)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.npy").write_bytes(b"old a")
+    (out / "ckpt.npy").write_bytes(b"old checkpoint")
+    (out / "b.npy").mkdir()  # a folder where an output goes (made after validation, as a checkpoint path made one)
+    code, said, err = cli(["run", str(spec), "--no-progress"], capsys)
+    assert code == 1, said + err
+    assert err.splitlines() == [f"error: cannot write {os.path.relpath(out / 'b.npy')}: a folder is there; no output "
+                                f"of this run was written; the files already there are as they were "
+                                f"({os.path.relpath(out / 'a.npy')}, {os.path.relpath(out / 'b.npy')})"]
+    assert sorted(p.name for p in out.iterdir()) == ["a.npy", "b.npy", "ckpt.npy"]
+    assert (out / "a.npy").read_bytes() == b"old a" and (out / "ckpt.npy").read_bytes() == b"old checkpoint"
+    (out / "b.npy").rmdir()
+    code, said, err = cli(["run", str(spec), "--no-progress"], capsys)
+    assert code == 0, said + err
+    assert [line.split()[1] for line in said.splitlines() if line.startswith(("wrote ", "saved "))] == [
+        os.path.relpath(out / name) for name in ("a.npy", "b.npy", "ckpt.npy")]
+    np.testing.assert_array_equal(np.load(out / "ckpt.npy"), np.ones(3))
+    assert sorted(p.name for p in out.iterdir()) == ["a.npy", "b.npy", "ckpt.npy"]
+
+
+# ------------------------------------------------------------------- a sweep's table is an output
+
+
+TABLED = """\
+    version: 1
+    graph:
+      - {name: x, op: load, path: data/c.csv, shape: [4]}
+      - name: s
+        sweep:
+          grid: {lam: [1.0, 2.0]}
+          body:
+            - {name: t, op: sum, inputs: [x]}
+          table: {path: TABLE, metrics: [t]}
+    outputs:
+      x: o.csv
+    """
+
+
+@pytest.mark.parametrize(("table", "message", "hint"), [
+    ("../t.csv", "table path '../t.csv' escapes the output directory", "remove '..' or set run.allow_absolute_paths: true"),
+    ("/tmp/t.csv", "table path '/tmp/t.csv' is absolute",
+     "use a path relative to the output directory, or set run.allow_absolute_paths: true"),
+    ("o.csv", "table path 'o.csv' is also written by output 'x' (line 11)",
+     "give each output and checkpoint a file of its own"),
+    ("data/c.csv", "table path 'data/c.csv' is the file 'x' loads: the run would overwrite it",
+     "write the result to another file"),
+    ("t.npy", "table path 't.npy' is not a .csv file",
+     "a table is written as CSV: end its path in .csv, e.g. results/search.csv"),
+])
+def test_a_table_path_obeys_the_rules_of_output_paths(tmp_path: Path, table: str, message: str, hint: str) -> None:
+    (tmp_path / "data").mkdir()
+    np.savetxt(tmp_path / "data" / "c.csv", np.ones(4))
+    checked = check_file(write(tmp_path / "spec.yaml", TABLED.replace("TABLE", table)))
+    assert [(d.line, d.column, d.message, d.hint) for d in checked.diagnostics] == [(9, 21, message, hint)]
+
+
+def test_a_table_over_a_loaded_file_is_refused_at_run_time_with_output_dir(tmp_path: Path) -> None:
+    """Validation sees the spec's output directory; --output-dir moves the table onto the data it loads."""
+    (tmp_path / "data").mkdir()
+    np.savetxt(tmp_path / "data" / "c.csv", np.ones(4))
+    before = (tmp_path / "data" / "c.csv").read_bytes()
+    spec = write(tmp_path / "spec.yaml", TABLED.replace("TABLE", "c.csv"))
+    assert check_file(spec).ok(strict=True)
+    with pytest.raises(RunError, match=r"^the table of sweep 's' would be written over .*data/c.csv, which is the file "
+                                       r"op 'x' loads: write it somewhere else$"):
+        run_file(spec, echo=lambda s: None, output_dir=str(tmp_path / "data"), sync=True)
+    assert (tmp_path / "data" / "c.csv").read_bytes() == before

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -71,23 +72,69 @@ def run(spec: Path, *flags: str) -> tuple[int, str]:
 
 
 def test_failed_copies_are_recorded_never_selected_and_the_run_exits_1(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path)
+    spec = write_spec(tmp_path, "allow_failures: ALLOWED")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "totals.npy").write_bytes(b"yesterday's totals")
+    spec.write_text(spec.read_text().replace("ALLOWED", "false"))
     code, said = run(spec)
     assert code == 1, said
     assert "error: sweep 's': 2 of 4 copies failed" in said
     assert "copy 1 (lam=2.0, id " in said and "ValueError: lam 2 diverged" in said
     assert "copy 2 (lam=3.0, id " in said and "OOM when allocating 8.0 MiB for op 's/2/y'" in said
-    out = tmp_path / "out"
-    np.testing.assert_array_equal(np.load(out / "totals.npy"), [4.0, np.nan, np.nan, 2.0])
     # λ = 1 has the largest total of the copies that ran; λ = 3's is larger, but it failed: never chosen
     assert float(said.split("s.best =\n")[1].split("\n")[0]) == 1.0
-    np.testing.assert_array_equal(np.load(out / "y.npy"), np.full(4, 0.75))  # the mean of the two that ran
-    rows = list(csv.DictReader(io.StringIO((out / "table.csv").read_text())))
-    assert [r["status"] for r in rows] == ["finished", "failed", "failed", "finished"]
-    assert rows[1]["t"] == "nan"
-    copies = json.loads((tmp_path / "run.json").read_text())["sweeps"]["s"]["copies"]
+    # a failed run writes none of its outputs (the gathered values, the combined mean, the table): issue 31.2
+    assert f"no output written: sweep 's' had copies that failed; the files already there are as they were " \
+           f"({os.path.relpath(out / 'totals.npy')})" in said.splitlines()
+    assert [p.name for p in out.iterdir()] == ["totals.npy"] and (out / "totals.npy").read_bytes() == b"yesterday's totals"
+    copies = json.loads((tmp_path / "run.json").read_text())["sweeps"]["s"]["copies"]  # the report says what failed
     assert copies[1]["status"] == "failed" and copies[1]["error"] == "ValueError: lam 2 diverged"
     assert copies[2]["error"].startswith("OOM when allocating 8.0 MiB for op 's/2/y'")
+
+    spec.write_text(spec.read_text().replace("allow_failures: false", "allow_failures: true"))
+    code, said = run(spec)  # allowed: every output written, the failed copies' rows NaN
+    assert code == 0, said
+    np.testing.assert_array_equal(np.load(out / "totals.npy"), [4.0, np.nan, np.nan, 2.0])
+    np.testing.assert_array_equal(np.load(out / "y.npy"), np.full(4, 0.75))  # the mean of the two that ran
+    rows = list(csv.DictReader(io.StringIO((out / "table.csv").read_text())))
+    assert [r["status"] for r in rows] == ["reused", "failed", "failed", "reused"]  # the sweep's cache is on
+    assert rows[1]["t"] == "nan"
+
+
+def test_a_copy_that_fails_after_its_gathered_metric_has_a_nan_row(tmp_path: Path) -> None:
+    """The gathered op ran before a later op of the copy failed: its row is NaN all the same (issue 31.7)."""
+    (tmp_path / "late_fns.py").write_text(
+        "def check(y, lam, xp):\n"
+        "    if float(lam) == 2.0:\n"
+        "        raise ValueError('lam 2 diverged after its total')\n"
+        "    return y\n", encoding="utf-8")
+    spec = tmp_path / "late.yaml"
+    spec.write_text(textwrap.dedent("""\
+        version: 1
+        graph:
+          - {name: x, op: ones, shape: [4]}
+          - name: s
+            sweep:
+              grid: {lam: [1.0, 2.0, 3.0]}
+              allow_failures: true
+              body:
+                - {name: y, op: mul, inputs: [x, lam]}
+                - {name: t, op: sum, inputs: [y]}
+                - {name: z, op: call, fn: "late_fns:check", inputs: [y, lam], output: {shape: [4]}}
+              gather: {totals: t, ys: y}
+              table: {path: table.csv, metrics: [t]}
+        outputs:
+          s.totals: totals.npy
+          s.ys: ys.npy
+        """), encoding="utf-8")
+    code, said = run(spec, "--sync")
+    assert code == 0 and "warning: sweep 's': 1 of 3 copies failed" in said, said
+    out = tmp_path / "out"
+    np.testing.assert_array_equal(np.load(out / "totals.npy"), [4.0, np.nan, 12.0])
+    np.testing.assert_array_equal(np.load(out / "ys.npy"), [np.ones(4), np.full(4, np.nan), np.full(4, 3.0)])
+    rows = list(csv.DictReader(io.StringIO((out / "table.csv").read_text())))
+    assert [(r["t"], r["status"]) for r in rows] == [("4.0", "finished"), ("nan", "failed"), ("12.0", "finished")]
 
 
 def test_resume_reruns_exactly_the_copies_that_did_not_finish(tmp_path: Path) -> None:
@@ -113,6 +160,9 @@ def test_a_sweep_that_allows_failures_succeeds_and_warns(tmp_path: Path) -> None
 def test_in_one_process_the_copies_fail_the_same_way(tmp_path: Path) -> None:
     code, said = run(write_spec(tmp_path), "--sync")
     assert code == 1 and "error: sweep 's': 2 of 4 copies failed" in said, said
+    assert "no output written: sweep 's' had copies that failed" in said and not (tmp_path / "out").exists()
+    code, said = run(write_spec(tmp_path, "allow_failures: true"), "--sync")
+    assert code == 0, said
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "totals.npy"), [4.0, np.nan, np.nan, 2.0])
 
 

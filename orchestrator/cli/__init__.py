@@ -53,5 +53,8 @@ def run_cli(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int
     except Exception as exc:  # a bug of ours: say so briefly, never a traceback without --debug
         if debug:
             raise
+        if isinstance(exc, OSError) and exc.filename:  # the machine's, not ours: a full disk, a folder refused
+            sys.stderr.write(f"error: {exc.filename}: {exc.strerror or exc}\n")
+            return EXIT_INVALID
         sys.stderr.write(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)\n")
         return EXIT_INVALID

@@ -26,7 +26,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -41,15 +41,15 @@ from ..plan.records import Plan
 from .records import RunReport, RunResult, RunSettings, RunTotals, TransferRecord
 from ..paths import PathUse
 from ..perf import paused_gc
-from ..runtime import LOG_TOPIC, commit_saves, discard_saves, drain_records
+from ..runtime import LOG_TOPIC, discard_saves, drain_records
 from .caching import CacheUse, default_directory, outermost_loop
 from .checkpointing import writer_for
 from .progress import LoopProgress
 from .cluster import dask_settings, device_configs, scheduler_config
 from .connect import choose_backend, connect, cuda_counter, prestart, wait_for_devices
 from .loops import StagedRun
-from .outputs import MetricFiles, refuse_overwrites, write_outputs
-from .searches import with_sweeps
+from .outputs import MetricFiles, OnWorkers, commit_run, refuse_overwrites
+from .searches import fatal_sweeps, with_sweeps
 from .accounting import device_records, op_records, verify
 from .watch import SchedulerWatch, tell_workers
 from .steps import step_pictures
@@ -212,8 +212,7 @@ class Runner:
         self.phases["collect records"] = time.perf_counter() - collecting
         report = replace(report, phases_seconds=dict(self.phases),
                          startup_seconds=self.phases.get("connect", 0.0) + self.phases.get("prepare workers", 0.0))
-        return self.finish(report, values, lambda: [p for paths in client.run(commit_saves, run=self.token).values()
-                                                    for p in paths], link)
+        return self.finish(report, values, lambda fn, **kw: client.run(fn, **kw).values(), link)
 
     def run_staged(self, staged: StagedRun) -> dict[str, Any]:
         """The values of a staged run (compiling and submitting window by window); says how each loop ran."""
@@ -229,6 +228,8 @@ class Runner:
                 self.loop_outcomes = dict(staged.outcomes)
                 if staged.checkpoints is not None:  # those under way are written, also when the run stopped
                     staged.checkpoints.finish()
+                if staged.metric_files is not None:  # the live rows go: the outputs are committed with the others
+                    staged.metric_files.close()
         for loop, mode in self.loop_modes.items():
             outcome = self.loop_outcomes.get(loop, {})
             ended = f", stopped at step {outcome['stopped_at_step']} ({outcome['stop_reason']})" \
@@ -238,15 +239,13 @@ class Runner:
         self.not_run.update(staged.notes)
         return values
 
-    def finish(self, report: RunReport, values: dict[str, Any], commit: Callable[[], Iterable[str]],
+    def finish(self, report: RunReport, values: dict[str, Any], on_workers: OnWorkers,
                link: str | None) -> RunResult:
-        """After a run that succeeded: the outputs, then the checkpoints into place, then the report file."""
+        """After a run: its outputs and the files its ops saved into place together (none where its sweep
+        copies failed), then the report file."""
         report, tables = with_sweeps(self.plan, report, values, self.loop_outcomes)
-        written = write_outputs(self.spec, values, self.output_dir, self.echo, tables) \
-            if self.settings.write_outputs else ()
-        # checkpoints saved by ops take their places only now that the whole run has succeeded
-        for path in sorted(commit()):
-            self.echo(f"saved {os.path.relpath(path)}")
+        written = commit_run(self.spec, values, self.output_dir, self.echo, tables, on_workers, self.token,
+                             self.settings.write_outputs, fatal_sweeps(report))
         self.saves_settled = True
         if self.settings.report_path:
             write_text(self.settings.report_path, json.dumps(report.as_dict(), indent=2, default=str) + "\n")

@@ -24,11 +24,13 @@ from ..spec.records import Search
 from .records import OpRecord, RunReport
 
 
-def with_sweeps(plan: Plan, report: RunReport, values: Mapping[str, Any],
+def with_sweeps(plan: Plan, report: RunReport, values: dict[str, Any],
                 outcomes: Mapping[str, Mapping[str, Any]]) -> tuple[RunReport, dict[str, str]]:
     """The report with its ``sweeps``, and the text of every ``table:`` by the output that writes it.
 
-    ``outcomes``: the staged run's, by loop (how each ended) and by halving sweep (its rung table)."""
+    ``outcomes``: the staged run's, by loop (how each ended) and by halving sweep (its rung table). A failed
+    copy's rows of the gathered values and the table are made NaN in ``values``: the gathered op may have
+    run before one of the copy's later ops failed."""
     if not plan.spec.sweeps:
         return report, {}
     seen = {d.device: d.peak_bytes_seen for d in report.devices}
@@ -46,6 +48,7 @@ def with_sweeps(plan: Plan, report: RunReport, values: Mapping[str, Any],
             if copy is not None and outcome.get("stop_reason", "steps") != "steps":
                 loops[copy.index] = outcome
         copies = [_copy(search, packing, i, own.get(i, []), loops.get(i)) for i in range(len(search.copies))]
+        _blank_failed(plan, search, [c["index"] for c in copies if c["status"] == "failed"], values)
         spans = {i: [(float(r.start), float(r.start) + float(r.duration or 0)) for r in records if r.start is not None]
                  for i, records in own.items()}
         best = values.get(f"{search.name}.best")
@@ -59,6 +62,26 @@ def with_sweeps(plan: Plan, report: RunReport, values: Mapping[str, Any],
         if search.table is not None and f"{search.name}.table" in values:
             tables[f"{search.name}.table"] = table_text(search, copies, values[f"{search.name}.table"])
     return replace(report, sweeps=sweeps), tables
+
+
+def fatal_sweeps(report: RunReport) -> list[str]:
+    """The sweeps whose failed copies fail the run: those with a failed copy that do not allow failures."""
+    return [name for name, sweep in (report.sweeps or {}).items()
+            if not sweep["allow_failures"] and any(c["status"] == "failed" for c in sweep["copies"])]
+
+
+def _blank_failed(plan: Plan, search: Search, failed: Sequence[int], values: dict[str, Any]) -> None:
+    """Each failed copy's rows of the sweep's gathered values and table: NaN, as a gather of a failed op gives."""
+    if not failed:
+        return
+    for op in plan.spec.ops:
+        if op.group != search.name or op.kind != "stack" or op.name not in values:
+            continue
+        rows = np.array(values[op.name], dtype=float)  # a copy: the value may be read-only, or of integers
+        per_copy = len(op.inputs) // len(search.copies)  # the table: its metrics, copy by copy
+        grid = rows.reshape(len(search.copies), per_copy, *rows.shape[1:]) if per_copy > 1 else rows
+        grid[list(failed)] = np.nan
+        values[op.name] = grid.reshape(rows.shape)
 
 
 def _copy(search: Search, packing: SweepPacking, index: int, own: Sequence[OpRecord],

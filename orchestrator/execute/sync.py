@@ -74,7 +74,7 @@ from ..compile.records import CompiledGraph
 from ..plan.records import Plan
 from .records import RunResult, RunSettings
 from ..spec.records import Loop
-from ..runtime import (RUNTIME_ATTRIBUTE, Runtime, bind, commit_saves, device_resource, discard_saves, drain_records,
+from ..runtime import (RUNTIME_ATTRIBUTE, Runtime, bind, device_resource, discard_saves, drain_records,
                      task_resource)
 from .cluster import device_configs
 from .loops import StagedRun
@@ -245,8 +245,8 @@ class SyncRunner(Runner):
         report = self._report(drained, started, elapsed)
         self.phases["collect records"] = time.perf_counter() - collecting
         report = replace(report, phases_seconds=dict(self.phases), mode="sync")
-        return self.finish(report, values, lambda: [p for device in self.devices.values()
-                                                    for p in commit_saves(device, run=self.token)], None)
+        return self.finish(report, values, lambda fn, **kw: [fn(device, **kw) for device in self.devices.values()],
+                           None)
 
     # ------------------------------------------------------------------ the submitter of StagedRun
 

@@ -186,9 +186,12 @@ def save(ctx: KernelContext, p: Params, x: Any) -> Any:
     leaves an existing checkpoint as it was.
     """
     path = str(p["path"])
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with atomic_open(ctx.stage(path), "wb") as handle:
-        formats.write_array(handle, path, np.asarray(ctx.to_host(x)), p.get("format"))
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with atomic_open(ctx.stage(path), "wb") as handle:
+            formats.write_array(handle, path, np.asarray(ctx.to_host(x)), p.get("format"))
+    except OSError as exc:  # a full disk names no file: say which
+        raise KernelError(f"cannot write {path}: {exc.strerror or exc}") from None
     return x
 
 

@@ -71,6 +71,7 @@ RULES: dict[str, str] = {
     "schema-const": "A value other than the one allowed",
     "schema-range": "A number out of its allowed range",
     "schema-name": "A name that does not follow the naming rules",
+    "schema-pattern": "A value not of the form it must have (a table's .csv path, a halving's LOOP.METRIC)",
     "schema-rule": "A placement rule that is not well formed",
     "schema-empty": "A list or mapping that must not be empty",
     "schema-select": "A select that names both min and max",

@@ -9,21 +9,41 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..atomic import FileSet
 from .device import _runtime
 from .links import Address
 
 
 def commit_saves(dask_worker: Any, run: str) -> list[str]:
-    """Run on every worker once a run has succeeded: its checkpoints take their places. The paths."""
+    """Run on every worker once a run has succeeded: its saves take their places, the old files kept until
+    :func:`settle_saves` (a failure midway puts this worker's back and raises, naming the file). The paths."""
     _, runtime = _runtime(dask_worker)
     with runtime.lock:
         staged = runtime.staged.pop(run, {})
-    done = []
+    files = FileSet()
     for staging, target in staged.items():
         if os.path.exists(staging):
-            os.replace(staging, target)
-            done.append(target)
+            files.add(staging, target)
+    done = files.commit()
+    with runtime.lock:
+        runtime.committed[run] = files
     return done
+
+
+def settle_saves(dask_worker: Any, run: str, undo: bool) -> None:
+    """Run on every worker after :func:`commit_saves`: the saves stand (``undo`` False: the old files dropped)
+    or, when another part of the run's commit failed, every old file is put back."""
+    _, runtime = _runtime(dask_worker)
+    with runtime.lock:
+        files = runtime.committed.pop(run, None)
+    if files is None:
+        return
+    if not undo:
+        files.settle()
+        return
+    left = files.undo()
+    if left:
+        raise OSError(0, f"could not put back {left}")
 
 
 def discard_saves(dask_worker: Any, run: str) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
 
 from .backends import Backend, DeviceConfig, make_backend
+from ..atomic import FileSet
 from ..errors import OpFailedError, OpTimeoutError, OrchestratorError
 from ..ops import KernelError, lookup
 from ..ops.values import CopyFailed
@@ -98,6 +99,7 @@ class Runtime:
     created: float = field(default_factory=time.time)  # a restarted worker lost the records it held
     mailbox: Mailbox = field(default_factory=Mailbox)  # values other devices sent to this one (loop windows)
     staged: dict[str, dict[str, str]] = field(default_factory=dict)  # run -> {staging file: target}: saves to commit
+    committed: dict[str, FileSet] = field(default_factory=dict)  # run -> its saves in place, the old files kept
     # (run, loop) -> this device's timelines of the loop's sampled steps (the step picture; a few per loop)
     samples: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
     functions: dict[tuple[str, str], Callable[..., Any]] = field(default_factory=dict)  # user functions, imported

@@ -15,6 +15,13 @@ from ...errors import Diagnostic, YamlPath, did_you_mean
 from ..records import Document
 from .spelling import finite_problem, non_text_key, short, show, written
 
+# The patterns a value (not a name) must match: what is wrong, and how to write it.
+_PATTERN_PROBLEMS = {
+    "\\.csv$": ("table path {} is not a .csv file", "a table is written as CSV: end its path in .csv, "
+                                                     "e.g. results/search.csv"),
+    "^.+\\..+$": ("{} is not LOOP.METRIC", "name a metric of the body's loop, e.g. train.loss"),
+}
+
 # Entries of these mappings and lists take their hints from the key holding them.
 _PARENTS_OF_ENTRIES = ("combine", "kernels", "shape", "visible_gpus")
 
@@ -82,6 +89,9 @@ def _value_diagnostic(leaf: _Leaf) -> Diagnostic | None:
     if v == "pattern" and _parent(path) == "visible_gpus":
         message, hint = gpu_id_problem(str(instance)) or (f"{show(instance)} is not a GPU", "")
         return leaf.make("gpus", message, hint)
+    if v == "pattern" and value in _PATTERN_PROBLEMS:  # a value's pattern (a table's suffix, LOOP.METRIC)
+        message, hint = _PATTERN_PROBLEMS[value]
+        return leaf.make("schema-pattern", message.format(show(instance)), hint)
     if v == "pattern":
         # Only job names have a pattern besides op names and GPU UUIDs; propertyNames reports the
         # mapping's path, so point at the offending key itself.
