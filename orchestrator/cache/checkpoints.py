@@ -10,8 +10,10 @@ used, and the run says what changed (the revision's parts are kept in the
 checkpoint's header). What the rest of the loop depends on is all here or a
 function of the step: the minibatch order (seed and epoch), random draws
 (seed and step). So a run with more steps continues from a shorter run's
-checkpoints, and one with fewer never uses a checkpoint at or past its last
-step (it would hand back a later state).
+checkpoints, and one with fewer never uses a checkpoint past its last step
+(it would hand back a later state). A checkpoint is written at the last step
+too, unless the loop evaluates there only because it is the last (a longer
+run would not have: it could not go on from it).
 
 Files. ``<root>/<loop>/<revision16>-<step>.npz``: NumPy, no pickle, written
 atomically, a header with the revision, its parts, the step, the names of
@@ -20,8 +22,9 @@ file is used only if it reads, its checksum holds, and what it says agrees
 with its name and with the loop (:class:`Expected`: states' dtypes and
 shapes, one series value per step, evaluations at the loop's evaluation
 steps); otherwise it is named in a warning and the next older one is tried.
-Pruning keeps the newest ``keep`` of the revision being written; files of
-other revisions stay until ``orchestrate checkpoints clear`` removes them.
+Pruning keeps the newest ``keep`` of the revision being written up to the
+loop's last step; files past it (a longer run's) and files of other
+revisions stay until ``orchestrate checkpoints clear`` removes them.
 
 Temporaries. A file is written to ``.<name>.<host>-<pid>.<random>.tmp``
 beside it, then renamed. A writer killed midway leaves its temporary; the
@@ -86,19 +89,24 @@ class Saved:
 class Expected:
     """What a checkpoint must hold to be used for a loop as it is now."""
 
-    steps: int  # the loop's steps: a checkpoint at or past the last one is not used
+    steps: int  # the loop's steps: a checkpoint past the last one is not used
     states: tuple[tuple[str, tuple[int, ...] | None, str | None], ...]  # name, shape, dtype (None: not known)
     series: tuple[str, ...]
     evaluations: tuple[str, ...] = ()
     every: int = 0  # the evaluations' interval
     judged: bool = False  # stopping rules: their state counts the evaluations
 
+    def usable(self, step: int) -> bool:
+        """A checkpoint at ``step`` can be gone on from: before the last step, or at it unless the loop
+        evaluates there only because it is its last (the run that wrote it, longer, did not)."""
+        return step < self.steps or (step == self.steps and (not self.every or step % self.every == 0))
+
 
 @dataclass
 class Checkpoints:
     directory: str  # the root: a loop's checkpoints are in <directory>/<loop>/
     warnings: list[str] = field(default_factory=list)
-    past: list[int] = field(default_factory=list)  # steps of the last latest() at or past the loop's last step
+    past: list[int] = field(default_factory=list)  # steps of the last latest() past what the loop can use
 
     def folder(self, loop: str) -> str:
         return os.path.join(self.directory, safe_name(loop))
@@ -107,9 +115,10 @@ class Checkpoints:
         """(revision prefix, step, path) of every checkpoint file of ``loop``, newest step first."""
         return sorted(_named(self.folder(loop)), key=lambda f: -f[1])
 
-    def save(self, loop: str, key: Key, step: int, snapshot: Snapshot, keep: int,
+    def save(self, loop: str, key: Key, step: int, snapshot: Snapshot, keep: int, last: int,
              header: Mapping[str, Any] | None = None) -> str:
-        """Write the checkpoint of ``loop`` at ``step`` atomically; prune this revision's older ones. Its path."""
+        """Write the checkpoint of ``loop`` at ``step`` atomically; prune this revision's older ones up to the
+        loop's ``last`` step (those past it are a longer run's, which this run could not write again). Its path."""
         arrays: dict[str, np.ndarray] = {f"s{i}": np.asarray(v) for i, v in enumerate(snapshot.states)}
         arrays.update({f"m{i}": np.asarray(v) for i, v in enumerate(snapshot.series.values())})
         arrays.update({f"e{i}": np.asarray(v) for i, v in enumerate(snapshot.evaluations.values())})
@@ -120,7 +129,7 @@ class Checkpoints:
                    "stopping": dict(snapshot.stopping), "created": time.time()}
         path = os.path.join(self.folder(loop), f"{key.key[:16]}-{step:010d}.npz")
         write_tagged(path, checked_bytes(written, arrays))
-        mine = [f for f in self.files(loop) if f[0] == key.key[:16]]
+        mine = [f for f in self.files(loop) if f[0] == key.key[:16] and f[1] <= last]
         for _, _, old in mine[keep:]:
             try:
                 os.unlink(old)
@@ -129,21 +138,18 @@ class Checkpoints:
         return path
 
     def latest(self, loop: str, key: Key, expected: Expected) -> tuple[Saved | None, str]:
-        """The newest checkpoint of ``loop``'s revision ``key`` before its last step that reads, checks and
+        """The newest checkpoint of ``loop``'s revision ``key`` up to its last step that reads, checks and
         agrees with ``expected``; else None and why not."""
         files = self.files(loop)
         mine = [f for f in files if f[0] == key.key[:16]]
-        self.past = sorted(step for _, step, _ in mine if step >= expected.steps)
+        self.past = sorted(step for _, step, _ in mine if not expected.usable(step))
         for _, step, path in mine:
-            if step < expected.steps:
+            if expected.usable(step):
                 saved = self._read(path, loop, key, step, expected)
                 if saved is not None:
                     return saved, ""
         if self.past:
-            shown = ", ".join(map(str, self.past))
-            return None, (f"its checkpoint{'s' if len(self.past) > 1 else ''} at step{'s' if len(self.past) > 1 else ''}"
-                          f" {shown} {'are' if len(self.past) > 1 else 'is'} at or past its last step "
-                          f"({expected.steps}): a run of more steps wrote {'them' if len(self.past) > 1 else 'it'}")
+            return None, unused(self.past, expected.steps)
         others = [f for f in files if f[0] != key.key[:16]]
         if mine:
             return None, "no checkpoint of it could be used"
@@ -189,6 +195,20 @@ class Checkpoints:
                 continue  # gone already, or not ours to remove
             removed.append((path, size))
         return removed
+
+
+def unused(steps: Sequence[int], last: int) -> str:
+    """Why checkpoints at ``steps`` are not gone on from by a loop of ``last`` steps (a longer run wrote them)."""
+    after = [step for step in steps if step > last]
+    said = []
+    if after:
+        many = len(after) > 1
+        said.append(f"its checkpoint{'s' if many else ''} at step{'s' if many else ''} {', '.join(map(str, after))} "
+                    f"{'are' if many else 'is'} past its last step ({last}): a run of more steps wrote "
+                    f"{'them' if many else 'it'}")
+    if last in steps:
+        said.append(f"its checkpoint at step {last}, its last, lacks the evaluation the loop makes there")
+    return "; ".join(said)
 
 
 def _saved(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], path: str) -> Saved:

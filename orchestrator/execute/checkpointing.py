@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..cache import Keys, compute_keys
-from ..cache.checkpoints import Checkpoints, Expected, Saved, Snapshot
+from ..cache.checkpoints import Checkpoints, Expected, Saved, Snapshot, unused
 from ..errors import format_bytes
 from ..paths import checkpoint_root, output_directory
 from ..plan.records import Plan
@@ -93,10 +93,7 @@ class CheckpointWriter:
         if saved is None:
             self.echo(f"loop '{loop.name}' starts from step 0: {why}")
         elif store.past:
-            shown = ", ".join(map(str, store.past))
-            self.echo(f"loop '{loop.name}': its checkpoint{'s' if len(store.past) > 1 else ''} at step "
-                      f"{shown} {'are' if len(store.past) > 1 else 'is'} at or past its last step ({loop.steps}) "
-                      f"and {'were' if len(store.past) > 1 else 'was'} not used")
+            self.echo(f"loop '{loop.name}' does not use every checkpoint: {unused(store.past, loop.steps)}")
         return saved
 
     def save_later(self, loop: Loop, step: int, states: Sequence[tuple[Any, int | None]],
@@ -119,7 +116,7 @@ class CheckpointWriter:
             try:
                 values, kept = [_value(*state) for state in states], [_value(*state) for state in best]
                 snapshot = Snapshot(values, series, evaluations, stopping, kept)
-                self.written.append(store.save(loop.name, key, step, snapshot, keep, extra))
+                self.written.append(store.save(loop.name, key, step, snapshot, keep, loop.steps, extra))
             except Exception as exc:  # a value that failed (the run says so) or a full disk
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
                 self.errors.append(f"'{loop.name}' at step {step}: {reason}")

@@ -49,6 +49,7 @@ class Driver(Protocol):
     known: dict[str, Located]
     done: dict[str, Located]
     sinks: list[Any]
+    notes: dict[str, str]  # ops the driver resolved without running them, and why
     checkpoints: CheckpointWriter | None
     metric_files: MetricFiles | None
 
@@ -121,6 +122,12 @@ class TrainingLoop:
         A halving sweep's driver (``execute.halving``) steps its copies' loops this way side by side.
         """
         state, begin = self.resume(state)
+        if begin >= self.loop.steps:  # resumed from a checkpoint at its last step: nothing is left to run
+            self.outcome["steps_run"] = 0
+            for name in self.loop.body + self.loop.evaluated:
+                self.driver.notes.setdefault(name, f"not run: loop '{self.loop.name}' resumed from its checkpoint "
+                                                   "at its last step")
+            return replace(state, carried=self.best.carried) if self.best is not None else state
         if self.gang:
             state = self.driver.prepare_gang(self.loop, state, self.offset)
         starts = [s for s in self.loop.window_starts() if s > begin]

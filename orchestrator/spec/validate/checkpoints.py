@@ -43,8 +43,8 @@ def _check_monitor(c: Checker, loop: Loop, where: tuple[str | int, ...]) -> None
     early = next((rule.metric for rule in loop.stopping if rule.patience is not None), None)
     if checkpoint.monitor is None:
         c.error("checkpoint-best", (*where, "best_only"), f"best_only of '{loop.name}' watches no metric: the loop "
-                "has no early_stop to take it from", f"give monitor: NAME (the loop's metrics: "
-                f"{', '.join(made) or 'none'})")
+                "has no early_stop to take it from", f"give monitor: NAME, one of the loop's metrics: "
+                f"{', '.join(made) or 'none (add metrics: or evaluate:)'}")
         return
     if checkpoint.monitor not in made:
         if checkpoint.monitor != early:  # a missing early-stop metric is said once, at early_stop
