@@ -35,7 +35,7 @@ from .spec.validate import schema_text, validate
 
 if TYPE_CHECKING:
     from .cache import Cache
-    from .cache.checkpoint_files import Listing
+    from .cache import Listing
     from .execute import TaskWorkers
 
 __all__ = [
@@ -210,8 +210,7 @@ def checkpoint_listing(spec: str | os.PathLike[str] | Plan | None = None, direct
     """The checkpoints of a spec's loops (a file, or its plan; where a run with these options keeps them, with
     each loop's current revision), or of a folder (``directory``: no revision is current). Raises
     :class:`SpecError` for a spec with errors."""
-    from .cache import compute_keys
-    from .cache.checkpoint_files import scan
+    from .cache import compute_keys, scan
     from .paths import checkpoint_root, output_directory
 
     if directory is not None:
@@ -235,7 +234,7 @@ def checkpoint_listing(spec: str | os.PathLike[str] | Plan | None = None, direct
 
 def remove_checkpoints(paths: Sequence[str]) -> tuple[int, int]:
     """Remove checkpoint files (and temporaries of unfinished writes) named by a listing; (files, bytes)."""
-    from .cache.checkpoint_files import remove
+    from .cache import remove
 
     try:
         return remove(paths)

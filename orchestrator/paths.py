@@ -7,6 +7,10 @@ it will write (with a few words on what each is), and :func:`clashes` says
 what would collide. Two paths are the same file when their real paths are
 equal (symbolic links and ``..`` resolved) or, for files that exist, when
 the operating system says so (hard links).
+
+Where a run keeps what is not an output is decided here too, once, for the
+stages that write it and those that show it: the output directory a path is
+relative to, and the folder of a loop's checkpoints.
 """
 
 from __future__ import annotations

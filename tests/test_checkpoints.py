@@ -135,8 +135,9 @@ def test_checkpoints_list_and_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.chdir(tmp_path)
     code, listed = cli(["checkpoints", "list", str(spec)])
     assert code == 0
-    assert "(current) made with center=10.0, lr=0.5, steps=30; 30 steps" in listed, listed
-    assert "(another revision: body op 'w1' changed) made with center=10.0, lr=0.25" in listed, listed
+    assert "(current), last written with center=10.0, lr=0.5, steps=30" in listed, listed
+    assert "(another revision: body op 'w1' changed), last written with center=10.0, lr=0.25" in listed, listed
+    assert "(a run of 30 steps)" in listed
     assert "6 checkpoints of 2 revisions" in listed
     code, _ = cli(["checkpoints", "clear", str(spec)])  # no selection: refused, nothing removed
     assert code == 2 and len(names(spec)) == 6

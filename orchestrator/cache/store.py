@@ -101,13 +101,19 @@ class Cache:
         root = os.path.join(self.directory, "entries")
         for folder, _, names in sorted(os.walk(root)):
             for name in sorted(names):
+                if name.startswith("."):  # a write under way (atomic_open's temporary): not an entry yet
+                    continue
                 path = os.path.join(folder, name)
                 try:
                     with np.load(path, allow_pickle=False) as archive:
                         header = json.loads(str(archive["header"]))
+                    size = os.path.getsize(path)
+                except FileNotFoundError:  # cleared meanwhile
+                    continue
                 except Exception as exc:
                     header = {"key": name.removesuffix(".npz"), "what": f"unreadable ({type(exc).__name__})"}
-                yield {**header, "path": path, "file_bytes": os.path.getsize(path)}
+                    size = os.path.getsize(path) if os.path.exists(path) else 0
+                yield {**header, "path": path, "file_bytes": size}
 
     def clear(self) -> int:
         """Remove every entry; the number removed. The index stays: the next run can say what was cleared."""

@@ -26,7 +26,7 @@ from ..paths import safe_name
 from .parser import params_of
 
 if TYPE_CHECKING:
-    from ..cache.checkpoint_files import Entry, Listing
+    from ..cache import Entry, Listing
 
 EXIT_OK, EXIT_INVALID = 0, 1
 
@@ -112,11 +112,6 @@ def _count(chosen: Sequence[Entry], temporaries: Sequence[tuple[str, int]]) -> s
     return f"{text} ({format_bytes(size)})"
 
 
-def _made_with(entry: Entry) -> str:
-    shown = ", ".join(f"{k}={v}" for k, v in sorted(entry.params.items()))
-    return shown + (f"; {entry.steps} steps" if entry.steps is not None else "")
-
-
 def _text(listing: Listing, entries: list[Entry]) -> str:
     from ..cache import why_again
 
@@ -127,15 +122,16 @@ def _text(listing: Listing, entries: list[Entry]) -> str:
         newest = {e.revision: max(x.created or 0.0 for x in mine if x.revision == e.revision) for e in mine}
         for revision in sorted(newest, key=lambda r: (not listing.is_current(_first(mine, r)), -newest[r])):
             files = sorted((e for e in mine if e.revision == revision), key=lambda e: e.step)
-            first = files[0]
-            key = listing.current.get(first.loop)
-            state = "current" if listing.is_current(first) else \
-                "another revision" + (f": {why_again(first.parts, key.parts, True)}" if key and first.parts else "")
-            made = _made_with(first)
-            lines.append(f"  revision {revision} ({state}){' made with ' + made if made else ''}")
+            last = max(files, key=lambda e: e.created or 0.0)
+            key = listing.current.get(last.loop)
+            state = "current" if listing.is_current(last) else \
+                "another revision" + (f": {why_again(last.parts, key.parts, True)}" if key and last.parts else "")
+            made = ", ".join(f"{k}={v}" for k, v in sorted(last.params.items()))
+            lines.append(f"  revision {revision} ({state}){', last written with ' + made if made else ''}")
             for e in files:
                 when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.created)) if e.created else "unreadable"
-                lines.append(f"    step {e.step:>8}  {when}  {format_bytes(e.bytes):>10}")
+                steps = f"  (a run of {e.steps} steps)" if e.steps is not None else ""
+                lines.append(f"    step {e.step:>8}  {when}  {format_bytes(e.bytes):>10}{steps}")
     revisions = len({(os.path.dirname(e.path), e.revision) for e in entries})
     where = ", ".join(os.path.relpath(root) for root in listing.roots)
     lines.append(f"{_files(len(entries))} of {revisions} revision{'s' if revisions != 1 else ''}, "

@@ -151,16 +151,22 @@ class CheckpointWriter:
         store = self.store(loop)
         prefix = self.keys.revisions[loop.name].key[:16]
         files = store.files(loop.name)
-        mine = sorted(step for revision, step, _ in files if revision == prefix)
+        mine = sorted(step for revision, step, _ in files if revision == prefix and step <= loop.steps)
+        later = sorted(step for revision, step, _ in files if revision == prefix and step > loop.steps)
         others = [revision for revision, _, _ in files if revision != prefix]
         line = (f"checkpoints of '{loop.name}' in {os.path.relpath(store.folder(loop.name))}: "
-                f"step{'s' if len(mine) != 1 else ''} {', '.join(map(str, mine)) or 'none'} kept "
-                f"(keep: {loop.checkpoint.keep})")
+                f"{_steps(mine) if mine else 'none'} kept (keep: {loop.checkpoint.keep})")
+        if later:
+            line += f"; {_steps(later)} of a longer run left in place"
         if others:
             count = len(set(others))
             line += (f"; {len(others)} file(s) of {count} other revision{'s' if count > 1 else ''} left in place "
                      f"(orchestrate checkpoints list, or clear --keep-current to remove them)")
         return line
+
+
+def _steps(steps: Sequence[int]) -> str:
+    return f"step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))}"
 
 
 def expected(loop: Loop, infos: Infos) -> Expected:
