@@ -231,6 +231,7 @@ def test_a_forged_checkpoint_is_named_and_the_older_one_used(tmp_path: Path, how
 USER_INIT = SPEC.replace("{name: w0, op: zeros, shape: [3]}", '{name: w0, op: call, fn: "init_fns:zeros"}')
 
 
+@pytest.mark.cluster
 def test_a_state_whose_dtype_only_its_initial_value_says_is_checked_too(tmp_path: Path) -> None:
     """w0 is made by user code without ``output:``: the spec does not know its dtype; the run reads it."""
     (tmp_path / "init_fns.py").write_text("import numpy as np\n\ndef zeros(xp):\n    return xp.zeros(3)\n")
@@ -238,7 +239,7 @@ def test_a_state_whose_dtype_only_its_initial_value_says_is_checked_too(tmp_path
     run(spec, tmp_path / "whole")
     _forge(folder(spec) / names(spec)[-1], "dtype")
     said: list[str] = []
-    loop = run(spec, tmp_path / "resumed", said, resume=True)
+    loop = run(spec, tmp_path / "resumed", said, sync=False, resume=True)  # the initial value read from its worker
     assert any("state 'w' is float32, the loop's is float64" in line for line in said), said
     assert loop["resumed_from_step"] == 20
     same(tmp_path / "resumed", tmp_path / "whole")
