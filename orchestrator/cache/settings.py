@@ -83,6 +83,8 @@ def check_checkpoint_paths(plan: Plan, output_dir: str | None) -> None:
     the output directory (symbolic links resolved) unless ``run.allow_absolute_paths``, and not the spec, a
     file an op loads, or a file an output or a save writes."""
     spec = plan.spec
+    if not any(loop.checkpoint is not None and loop.checkpoint.path is not None for loop in spec.loops):
+        return
     base = os.path.abspath(spec.document.directory)
     out = output_directory(base, output_dir, spec.run.output_dir)
     taken = [PathUse(os.path.join(base, os.path.basename(spec.file)), "the spec itself")]
