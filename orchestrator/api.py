@@ -35,6 +35,7 @@ from .spec.validate import schema_text, validate
 
 if TYPE_CHECKING:
     from .cache import Cache
+    from .cache import Listing
     from .execute import TaskWorkers
 
 __all__ = [
@@ -47,7 +48,9 @@ __all__ = [
     "cache_directory",
     "cache_entries",
     "check_file",
+    "checkpoint_listing",
     "clear_cache",
+    "remove_checkpoints",
     "diff_files",
     "diff_plans",
     "plan_file",
@@ -131,9 +134,10 @@ def run_plan(plan: Plan, settings: RunSettings | None = None,
              echo: Callable[[str], None] | None = None) -> RunResult:
     """Run a plan on the cluster its spec (or ``settings``) names, or in this process with ``sync=True``;
     its values and run report."""
-    from .cache import check_settings
+    from .cache import check_checkpoint_paths, check_settings
 
     check_settings(plan, settings or RunSettings())  # before the execution stage is even imported
+    check_checkpoint_paths(plan, settings.output_dir if settings is not None else None)
     if settings is not None and settings.granularity != "partition":
         # the memory plan follows the granularity (a task per op holds values longer): the report's planned
         # peaks are those of the granularity the run uses
@@ -198,6 +202,44 @@ def clear_cache(directory: str) -> int:
     except OSError as exc:
         raise OrchestratorError(f"cannot clear {directory}: {exc.filename or directory}: "
                                 f"{exc.strerror or exc}") from None
+
+
+def checkpoint_listing(spec: str | os.PathLike[str] | Plan | None = None, directory: str | None = None, *,
+                       params: Params = None, output_dir: str | None = None, cache_dir: str | None = None,
+                       cache_files: str = "stat") -> Listing:
+    """The checkpoints of a spec's loops (a file, or its plan; where a run with these options keeps them, with
+    each loop's current revision), or of a folder (``directory``: no revision is current). Raises
+    :class:`SpecError` for a spec with errors."""
+    from .cache import compute_keys, scan
+    from .paths import checkpoint_root, output_directory
+
+    if directory is not None:
+        if not os.path.isdir(directory):
+            what = "is not a folder" if os.path.exists(directory) else "does not exist"
+            raise OrchestratorError(f"checkpoint folder {directory} {what}")
+        return scan([directory])
+    assert spec is not None
+    plan = spec if isinstance(spec, Plan) else plan_file(spec, params=params)
+    loops, name = plan.spec.loops, plan.spec.name
+    base = os.path.abspath(plan.spec.document.directory)
+    out = output_directory(base, output_dir, plan.spec.run.output_dir)
+    roots = [checkpoint_root(base, name, None, out, cache_dir)]  # loops that once had no path: here too
+    roots += [checkpoint_root(base, name, loop.checkpoint.path, out, cache_dir) for loop in loops
+              if loop.checkpoint is not None and loop.checkpoint.path is not None]
+    revisions = compute_keys(plan, base, cache_files).revisions
+    current = {loop.name: revisions[loop.name] for loop in loops
+               if loop.checkpoint is not None and loop.name in revisions}
+    return scan(list(dict.fromkeys(roots)), current)
+
+
+def remove_checkpoints(paths: Sequence[str]) -> tuple[int, int]:
+    """Remove checkpoint files (and temporaries of unfinished writes) named by a listing; (files, bytes)."""
+    from .cache import remove
+
+    try:
+        return remove(paths)
+    except OSError as exc:
+        raise OrchestratorError(f"cannot remove {exc.filename}: {exc.strerror or exc}") from None
 
 
 def select_worker_task(spec: Spec, job: str, task: int, gpus: Sequence[int | str] | None = None) -> TaskWorkers:

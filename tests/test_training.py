@@ -530,10 +530,10 @@ def test_a_worker_killed_mid_loop_fails_the_run_and_resume_finishes_it(tmp_path:
 
 
 def test_a_corrupted_checkpoint_is_skipped_and_another_revisions_is_not_used(tmp_path: Path) -> None:
-    spec = checkpointed(tmp_path, epochs=10)  # 40 steps: checkpoints at 10, 20 and 30
+    spec = checkpointed(tmp_path, epochs=10)  # 40 steps: checkpoints at 10, 20, 30 and the last, 40 (keep 3)
     run_file(spec, echo=quiet, output_dir=str(tmp_path / "first"))
     files = checkpoint_files(spec)
-    assert [step_of(p) for p in files] == [10, 20, 30]
+    assert [step_of(p) for p in files] == [20, 30, 40]
     newest = files[-1]
     raw = bytearray(newest.read_bytes())
     middle = len(raw) // 2
@@ -545,7 +545,7 @@ def test_a_corrupted_checkpoint_is_skipped_and_another_revisions_is_not_used(tmp
              report_path=str(tmp_path / "r.json"))
     warnings = [line for line in said if line.startswith("warning:")]
     assert any(str(newest) in line and "not used" in line for line in warnings), said
-    assert json.loads((tmp_path / "r.json").read_text())["loops"]["train"]["resumed_from_step"] == 20
+    assert json.loads((tmp_path / "r.json").read_text())["loops"]["train"]["resumed_from_step"] == 30
     same_files(tmp_path / "again", tmp_path / "first")
 
     # another revision of the loop: a body param changed
@@ -595,7 +595,7 @@ TRAINING_CORPUS = {  # file: (code, words the message or hint has)
     "204-steps-not-matching-epochs": ("batches-steps", "leave steps out"),
     "205-stop-when-without-bound": ("loop-stopping", "give below: X or above: X"),
     "206-early-stop-without-evaluate": ("loop-stopping", "the loop has none"),
-    "207-checkpoint-every-not-below-steps": ("loop-every", "would never be written"),
+    "207-checkpoint-every-past-steps": ("loop-every", "would never be written"),
     "208-checkpoint-on-inner-loop": ("loop-training", "belongs to the outermost loop"),
     "209-evaluate-every-cuts-windows": ("loop-every", "the windows are cut at every evaluate step"),
 }

@@ -1,12 +1,16 @@
 """The cache: values of ops and of whole loops on disk, keyed by what made them (``store``).
 
 Other stages use it through this package: ``execute`` opens it for a run
-(``execute.caching``), ``api`` lists and clears it, and checks a run's cache
-settings before anything starts.
+(``execute.caching``) and writes loops' checkpoints (``checkpoints``), ``api``
+lists and clears both (``checkpoint_files``), and checks a run's cache
+settings and checkpoint folders before anything starts.
 """
 
-from .settings import CacheSettings, check_settings, directory_problem
-from .store import FORMAT, Cache, Key, Keys, compute_keys, default_directory, module_file, ref_of, why_again
+from .checkpoint_files import Entry, Listing, remove, scan
+from .settings import CacheSettings, check_checkpoint_paths, check_settings, directory_problem
+from .keys import Key, Keys, compute_keys, module_file, why_again
+from .store import FORMAT, Cache, default_directory, ref_of
 
-__all__ = ["FORMAT", "Cache", "CacheSettings", "Key", "Keys", "check_settings", "compute_keys", "default_directory",
-           "directory_problem", "module_file", "ref_of", "why_again"]
+__all__ = ["FORMAT", "Cache", "CacheSettings", "Entry", "Key", "Keys", "Listing", "check_checkpoint_paths",
+           "check_settings", "compute_keys", "default_directory", "directory_problem", "module_file", "ref_of",
+           "remove", "scan", "why_again"]

@@ -1,4 +1,4 @@
-"""Which cache options can work: refused before a run starts, never found out midway."""
+"""Which cache options and checkpoint folders can work: refused before a run starts, never found out midway."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import tempfile
 from typing import Protocol
 
 from ..errors import OrchestratorError, UsageError
+from ..ops import lookup
+from ..paths import PathUse, checkpoint_root, clashes, output_directory, safe_name
 from ..plan.records import Plan
 from .store import default_directory
 
@@ -49,6 +51,8 @@ class CacheSettings(Protocol):
     def cache_dir(self) -> str | None: ...
     @property
     def resume(self) -> bool: ...
+    @property
+    def output_dir(self) -> str | None: ...
 
 
 def check_settings(plan: Plan, settings: CacheSettings) -> None:
@@ -71,3 +75,46 @@ def check_settings(plan: Plan, settings: CacheSettings) -> None:
     problem = directory_problem(directory, write=True)
     if problem is not None:
         raise OrchestratorError(f"{problem} (give --cache-dir a directory this run can write, or --no-cache)")
+
+
+def check_checkpoint_paths(plan: Plan, output_dir: str | None) -> None:
+    """Before a run starts: each loop's ``checkpoint.path``, under the output directory this run writes to
+    (``--output-dir`` moves it), is a folder of its own, as validation found it under the spec's: inside
+    the output directory (symbolic links resolved) unless ``run.allow_absolute_paths``, and not the spec, a
+    file an op loads, or a file an output or a save writes."""
+    spec = plan.spec
+    if not any(loop.checkpoint is not None and loop.checkpoint.path is not None for loop in spec.loops):
+        return
+    base = os.path.abspath(spec.document.directory)
+    out = output_directory(base, output_dir, spec.run.output_dir)
+    taken = [PathUse(os.path.join(base, os.path.basename(spec.file)), "the spec itself")]
+    taken += [PathUse(os.path.join(out, o.target), f"the file of output '{o.ref}'") for o in spec.outputs
+              if o.target != "-"]
+    for op in spec.ops:
+        definition = lookup(op.kind)
+        for param in definition.reads if definition else ():
+            if param in op.params:
+                taken.append(PathUse(os.path.join(base, str(op.params[param])), f"the file op '{op.name}' loads"))
+        for param in definition.writes if definition else ():
+            if param in op.params:
+                taken.append(PathUse(os.path.join(out, str(op.params[param])), f"the file op '{op.name}' saves"))
+    for loop in spec.loops:
+        if loop.checkpoint is None or loop.checkpoint.path is None:
+            continue
+        root = checkpoint_root(base, spec.name, loop.checkpoint.path, out)
+        what = f"checkpoint path '{loop.checkpoint.path}' of loop '{loop.name}' ({root})"
+        real_out = os.path.realpath(out)
+        if not spec.run.allow_absolute_paths and \
+                os.path.commonpath([os.path.realpath(root), real_out]) != real_out:
+            raise OrchestratorError(f"{what} is outside the output directory {out} (a symbolic link leads out): "
+                                    "give a folder inside it, or set run.allow_absolute_paths: true")
+        for folder in (root, os.path.join(root, safe_name(loop.name))):
+            problems = clashes(taken, [PathUse(folder, what)])
+            if problems:
+                raise OrchestratorError(f"{problems[0].replace(' would be written over ', ' would be a folder at ')} "
+                                        "(give the checkpoints a folder of their own)")
+        existing = os.path.join(root, safe_name(loop.name))
+        while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+            existing = os.path.dirname(existing)
+        if not os.path.isdir(existing):
+            raise OrchestratorError(f"{what} cannot be a folder: {existing} is a file (choose another folder)")

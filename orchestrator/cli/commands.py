@@ -14,6 +14,7 @@ from .. import api, report
 from ..atomic import write_bytes, write_text
 from ..errors import OrchestratorError, UsageError, format_bytes
 from ..paths import PathUse, clashes
+from .checkpoints import cmd_checkpoints
 from .parser import params_of
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -213,5 +214,5 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
 
 HANDLERS: Mapping[str, Callable[[argparse.Namespace, TextIO], int]] = {
     "validate": cmd_validate, "plan": cmd_plan, "run": cmd_run, "worker": cmd_worker, "cache": cmd_cache,
-    "schema": cmd_schema, "report": cmd_report,
+    "checkpoints": cmd_checkpoints, "schema": cmd_schema, "report": cmd_report,
 }

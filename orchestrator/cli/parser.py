@@ -58,6 +58,7 @@ def build_parser(handlers: Handlers) -> argparse.ArgumentParser:
     _add_run(sub, handlers)
     _add_worker(sub, handlers)
     _add_cache(sub, handlers)
+    _add_checkpoints(sub, handlers)
     _add_schema(sub, handlers)
     _add_report(sub, handlers)
     return parser
@@ -175,6 +176,34 @@ def _add_cache(sub: Any, handlers: Handlers) -> None:
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=handlers["cache"])
+
+
+def _add_checkpoints(sub: Any, handlers: Handlers) -> None:
+    p = sub.add_parser("checkpoints", help="list or clear the checkpoints of a spec's loops",
+                       description="The checkpoint files of a spec's loops, where a run with the same options keeps "
+                                   "them (or of a folder, --dir): by loop and revision, with the parameters that "
+                                   "made each revision and the time of each step (list); or remove a selection of "
+                                   "them (clear). A run removes only older checkpoints of the revision it writes. "
+                                   "See docs/running.md.")
+    p.add_argument("action", choices=["list", "clear"])
+    p.add_argument("file", metavar="FILE", nargs="?", help="a spec: the checkpoint folders of its loops")
+    p.add_argument("--dir", metavar="DIR", help="a checkpoint folder (instead of a spec's)")
+    p.add_argument("--output-dir", metavar="DIR", help="as given to run: a loop's checkpoint.path is under it")
+    p.add_argument("--cache-dir", metavar="DIR", help="as given to run: checkpoints without a path are under it")
+    p.add_argument("--cache-files", choices=["stat", "hash"], default="stat",
+                   help="as given to run: how a loaded file is part of the revision (default stat)")
+    p.add_argument("--loop", action="append", default=[], metavar="NAME", help="only this loop's (repeatable)")
+    chosen = p.add_argument_group("clear", "which checkpoints clear removes (one of these is required)")
+    chosen.add_argument("--keep-current", action="store_true",
+                        help="every revision but the current one (the spec's, with its --set values)")
+    chosen.add_argument("--revision", action="append", default=[], metavar="KEY",
+                        help="the revision whose key starts with KEY (4 digits or more; repeatable)")
+    chosen.add_argument("--all", action="store_true", help="every checkpoint (of the --loop given)")
+    chosen.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    p.add_argument("--format", choices=["text", "json"], default="text", help="list: text (default) or json")
+    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    _add_set(p)
+    p.set_defaults(handler=handlers["checkpoints"])
 
 
 def _add_schema(sub: Any, handlers: Handlers) -> None:

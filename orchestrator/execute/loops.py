@@ -261,7 +261,7 @@ class StagedRun:
             for key in set(self.held) - before - keep:  # this step's values: done with, but for the state
                 del self.held[key]
             self.submitter.loop_progress(loop.name, step + 1, loop.steps)
-            if loop.checkpoint is not None and (step + 1) % loop.checkpoint.every == 0 and step + 1 < loop.steps:
+            if training.checkpoint_due(step + 1) and training.improves({}):
                 training.save(step + 1, carried, self.held)
         self.outcomes[loop.name] = {**training.outcome, "steps_run": loop.steps - begin}
         return LoopState(carried, state.known, state.outer_moves)

@@ -49,6 +49,7 @@ class Driver(Protocol):
     known: dict[str, Located]
     done: dict[str, Located]
     sinks: list[Any]
+    notes: dict[str, str]  # ops the driver resolved without running them, and why
     checkpoints: CheckpointWriter | None
     metric_files: MetricFiles | None
 
@@ -101,6 +102,7 @@ class TrainingLoop:
     judge: Judge | None = None
     best: LoopState | None = None
     outcome: dict[str, Any] = field(default_factory=dict)
+    monitored: float | None = None  # checkpoint best_only: the best value of its metric checkpointed so far
 
     def __post_init__(self) -> None:
         evaluation = self.loop.evaluation
@@ -120,6 +122,12 @@ class TrainingLoop:
         A halving sweep's driver (``execute.halving``) steps its copies' loops this way side by side.
         """
         state, begin = self.resume(state)
+        if begin >= self.loop.steps:  # resumed from a checkpoint at its last step: nothing is left to run
+            self.outcome["steps_run"] = 0
+            for name in self.loop.body + self.loop.evaluated:
+                self.driver.notes.setdefault(name, f"not run: loop '{self.loop.name}' resumed from its checkpoint "
+                                                   "at its last step")
+            return replace(state, carried=self.best.carried) if self.best is not None else state
         if self.gang:
             state = self.driver.prepare_gang(self.loop, state, self.offset)
         starts = [s for s in self.loop.window_starts() if s > begin]
@@ -173,12 +181,11 @@ class TrainingLoop:
             scores[name] = float(np.asarray(values[str(ref)]))
             self.evaluations[name].append((sub.stop, scores[name]))
         shown = ", ".join(f"{k} {v:.4g}" for k, v in scores.items())
-        checkpoint = self.loop.checkpoint
-        due = checkpoint is not None and sub.stop % checkpoint.every == 0 and sub.stop < self.loop.steps and \
-            not self.driver.options.host_outputs and self.driver.checkpoints is not None
+        due = self.checkpoint_due(sub.stop)
         # a checkpoint's host states come with the metrics, in one gather: a gather of their own from a
         # worker busy with the next window cost ~5 ms each (10% of polyfit's loop at every 100 steps)
-        keys = list(dict.fromkeys(c.key for c in sub.state.carried.values())) if due else []
+        fetch = due and not self.driver.options.host_outputs and self.driver.checkpoints is not None
+        keys = list(dict.fromkeys(c.key for c in sub.state.carried.values())) if fetch else []
         got = dict(zip(keys, self.driver.collect(self.loop, self.series, sub.window, sub.futures, shown, keys)))
         self.write_metrics()
         reason = None
@@ -191,9 +198,36 @@ class TrainingLoop:
         if reason is not None:
             self.outcome.update(stopped_at_step=sub.stop, stop_reason=reason)
             return True
-        if checkpoint is not None and sub.stop % checkpoint.every == 0 and sub.stop < self.loop.steps:
+        if due and self.improves(scores):
             self.save(sub.stop, sub.state.carried, {**sub.futures, **{k: _Ready(v) for k, v in got.items()}})
         return False
+
+    def checkpoint_due(self, step: int) -> bool:
+        """Is a checkpoint written after ``step``? Every ``every`` steps, the last step too, unless the loop
+        evaluates there only because it is the last (a longer run would not have: it could not go on from it)."""
+        checkpoint, evaluation, steps = self.loop.checkpoint, self.loop.evaluation, self.loop.steps
+        if checkpoint is None or step % checkpoint.every:
+            return False
+        return step < steps or (step == steps and (evaluation is None or steps % evaluation.every == 0))
+
+    def improves(self, scores: Mapping[str, float]) -> bool:
+        """With ``best_only``: does the watched metric beat every value checkpointed before (Keras's
+        ``save_best_only``; a tie or NaN does not)? Without it, always."""
+        checkpoint = self.loop.checkpoint
+        if checkpoint is None or not checkpoint.best_only or checkpoint.monitor is None:
+            return True
+        name = checkpoint.monitor
+        if name in scores:
+            value = float(scores[name])
+        elif self.series.get(name):
+            value = float(np.asarray(self.series[name][-1]))
+        else:
+            return False
+        best = self.monitored
+        if np.isnan(value) or (best is not None and not (value > best if checkpoint.mode == "max" else value < best)):
+            return False
+        self.monitored = value
+        return True
 
     def keep_best(self, sub: _Submitted) -> None:
         """Hold the new best evaluation's states on the cluster, and let the previous best's go."""
@@ -224,7 +258,7 @@ class TrainingLoop:
     def resume(self, state: LoopState) -> tuple[LoopState, int]:
         """With --resume and a checkpoint: its states where the loop starts them, its series, its step."""
         d, loop = self.driver, self.loop
-        saved = d.checkpoints.latest(loop) if d.checkpoints is not None else None
+        saved = d.checkpoints.latest(loop, lambda: self.infos(state)) if d.checkpoints is not None else None
         if saved is None:
             return state, 0
         carried = self.placed(saved.states)
@@ -237,9 +271,23 @@ class TrainingLoop:
             self.evaluations[name] = [(int(step), float(value)) for step, value in rows]
         if self.judge is not None:
             self.judge.restore(saved.stopping)
+        monitored = saved.header.get("monitored")
+        self.monitored = float(monitored) if isinstance(monitored, (int, float)) else None
         self.outcome["resumed_from_step"] = saved.step
-        d.echo(f"loop '{loop.name}' resumes from its checkpoint at step {saved.step} ({saved.path})")
+        steps = saved.header.get("steps")
+        longer = f"; written by a run of {steps} steps, it goes on to step {loop.steps}" \
+            if isinstance(steps, int) and steps != loop.steps else ""
+        d.echo(f"loop '{loop.name}' resumes from its checkpoint at step {saved.step} ({saved.path}{longer})")
         return LoopState(carried, state.known, state.outer_moves), saved.step
+
+    def infos(self, state: LoopState) -> list[tuple[tuple[int, ...] | None, str | None]]:
+        """The shapes and dtypes of the loop's initial states, read from the values themselves (for states
+        whose shapes the spec does not declare); unknown where the value is not held."""
+        if any(state.carried[var.name].key not in self.driver.held for var in self.loop.state):
+            return [(None, None)] * len(self.loop.state)
+        values = [future.result() if element is None else future.result()[element]
+                  for future, element in self.fetched(state.carried, self.driver.held)]
+        return [(np.asarray(value).shape, str(np.asarray(value).dtype)) for value in values]
 
     def placed(self, values: Sequence[Any]) -> dict[str, Located]:
         """States read from a checkpoint, each on the device where the loop starts it."""
@@ -262,7 +310,8 @@ class TrainingLoop:
         series = {name: np.array(values_) if values_ else np.zeros(0) for name, values_ in self.series.items()}
         evaluations = {name: np.asarray(rows, dtype=float).reshape(-1, 2) for name, rows in self.evaluations.items()}
         d.checkpoints.save_later(loop, step, states, series, evaluations,
-                                 self.judge.state() if self.judge is not None else {}, best)
+                                 self.judge.state() if self.judge is not None else {}, best,
+                                 {"monitored": self.monitored})
 
     def fetched(self, carried: Mapping[str, Located], futures: Mapping[str, Any]) -> list[tuple[Any, int | None]]:
         """(future, element) of each state ``carried``: read by the writer's thread, element cut on the client.

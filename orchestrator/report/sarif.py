@@ -61,6 +61,8 @@ RULES: dict[str, str] = {
     "loop-training": "Checkpoints, evaluations or stopping on a loop that cannot have them",
     "loop-every": "A checkpoint or evaluation interval that never comes or cuts the windows",
     "loop-stopping": "A stopping rule without an evaluation, a metric or a bound",
+    "checkpoint-path": "A checkpoint folder on a file the run reads or writes, or on a file that exists",
+    "checkpoint-best": "A best_only checkpoint with no metric to watch, or between the evaluations",
     "param-value": "A parameter's value does not fit where it is used",
     "param-unused": "A parameter is declared but never used",
     # the schema

@@ -7,10 +7,12 @@ Renderers are chosen by name from registries (``DIAGNOSTIC_FORMATS``,
 from __future__ import annotations
 
 import json
+import os
 from fractions import Fraction
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import Diagnostic, format_bytes, format_path
+from ..paths import checkpoint_root, output_directory, safe_name
 from ..plan.records import DeviceMemory, Partition, Placement, Plan
 from ..ops import tf_name
 from ..spec.params import describe
@@ -165,7 +167,25 @@ def _tasks_text(plan: Plan) -> list[str]:
              "(one Dask task each; run --granularity op for one per op)"]
     for loop in plan.spec.loops:
         lines.append(f"loop '{loop.name}': {plan.loop_mode(loop.name).describe()}")
+        if loop.checkpoint is not None:
+            lines.append(f"  {checkpoint_line(plan, loop.name)}")
     return lines
+
+
+def checkpoint_line(plan: Plan, name: str) -> str:
+    """Where a loop's checkpoints go (with the spec's own output directory and the default cache directory) and
+    what moves them."""
+    spec = plan.spec
+    loop = next(lp for lp in spec.loops if lp.name == name)
+    checkpoint = loop.checkpoint
+    assert checkpoint is not None
+    base = spec.document.directory
+    root = checkpoint_root(base, spec.name, checkpoint.path, output_directory(base, None, spec.run.output_dir))
+    moved = "under the output directory: --output-dir moves it" if checkpoint.path is not None else \
+        "in the cache directory: --cache-dir moves it"
+    best = f", only when {checkpoint.monitor} improves ({checkpoint.mode})" if checkpoint.best_only else ""
+    return (f"checkpoints every {checkpoint.every} steps{best}, the newest {checkpoint.keep} of its revision kept, in "
+            f"{os.path.relpath(os.path.join(root, safe_name(loop.name)))}{os.sep} ({moved})")
 
 
 def plan_dict(plan: Plan) -> dict[str, Any]:

@@ -248,7 +248,10 @@ class StateVar:
 class Checkpoint:
     every: int
     keep: int = 2
-    path: str | None = None  # a directory relative to the spec's folder; None: the cache directory's
+    path: str | None = None  # a directory relative to the output directory; None: the cache directory's
+    best_only: bool = False  # write only when the monitored metric improved (Keras's save_best_only)
+    monitor: str | None = None  # the metric best_only watches: as written, else the early stop's metric
+    mode: str = "min"  # lower is better ("max": higher); as written, else the early stop's
 
 
 @dataclass(frozen=True)

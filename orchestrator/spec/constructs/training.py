@@ -23,8 +23,12 @@ def checkpoint_of(spec: Mapping[str, Any]) -> Checkpoint | None:
     block = spec.get("checkpoint")
     if block is None:
         return None
-    path = block.get("path")
-    return Checkpoint(int(block["every"]), int(block.get("keep", 2)), None if path is None else str(path))
+    path, early = block.get("path"), spec.get("early_stop") or {}
+    monitor = block.get("monitor", early.get("metric") if block.get("best_only") else None)
+    mode = block.get("mode", early.get("mode", "min") if monitor is not None and monitor == early.get("metric")
+                     else "min")
+    return Checkpoint(int(block["every"]), int(block.get("keep", 2)), None if path is None else str(path),
+                      bool(block.get("best_only", False)), None if monitor is None else str(monitor), str(mode))
 
 
 def stopping_of(spec: Mapping[str, Any]) -> tuple[Stopping, ...]:

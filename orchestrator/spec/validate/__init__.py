@@ -9,7 +9,8 @@ has its module:
 * :mod:`.topology`: the cluster (jobs, tasks, GPUs, memory) and placement rules;
 * :mod:`.graph`: ops, names, references, cycles, shapes, devices, rules;
 * :mod:`.combine`: the weights of each replicate's ``combine: mean``;
-* :mod:`.outputs`: files the run writes;
+* :mod:`.outputs`: files the run writes (checkpoint folders too);
+* :mod:`.checkpoints`: what a checkpoint's ``best_only`` watches;
 * :mod:`.names`: keys that must be text, and one report per mistake;
 * :mod:`.numbers`: settings that are finite numbers (``.nan`` and ``.inf`` only as data).
 
@@ -42,6 +43,7 @@ from .graph import (
     infer_values,
     topological_order,
 )
+from .checkpoints import check_checkpoints
 from .loops import check_loops
 from .training import settle_loops
 from .names import check_name_keys, once_per_copy
@@ -111,7 +113,8 @@ def _validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
     check_loops(c, loops, values)
     check_devices(c, ops, cluster, placement)
     check_rules(c, ops, placement)
-    outputs = check_outputs(c, data, by_name, run, values, expansion.searches)
+    check_checkpoints(c, loops)
+    outputs = check_outputs(c, data, by_name, run, values, expansion.searches, loops)
     diags = sorted(once_per_copy(c.diags), key=lambda d: (d.severity != "error", d.line, d.column))
     if any(d.is_error for d in diags):
         return None, diags

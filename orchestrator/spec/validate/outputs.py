@@ -13,7 +13,8 @@ from typing import Any, Callable, Mapping, Sequence
 from ... import formats
 from ...errors import YamlPath, did_you_mean
 from ...ops.values import ValueInfo
-from ..records import Op, OpRef, Output, RunOptions, Search
+from ...paths import safe_name
+from ..records import Loop, Op, OpRef, Output, RunOptions, Search
 from ...ops import lookup
 from .checker import Checker
 from .graph import check_ref, fmt_shape, label
@@ -82,7 +83,8 @@ def _check_rank(c: Checker, fmt: formats.FileFormat, info: ValueInfo | None, pat
 
 
 def check_outputs(c: Checker, data: Mapping[str, Any], by_name: Mapping[str, Op], run: RunOptions,
-                  values: Mapping[str, tuple[ValueInfo, ...]], searches: Sequence[Search] = ()) -> tuple[Output, ...]:
+                  values: Mapping[str, tuple[ValueInfo, ...]], searches: Sequence[Search] = (),
+                  loops: Sequence[Loop] = ()) -> tuple[Output, ...]:
     out = []
     names = list(by_name)
     files = _Files(c, run)
@@ -127,7 +129,24 @@ def check_outputs(c: Checker, data: Mapping[str, Any], by_name: Mapping[str, Op]
                                 f"copies of '{op.group}'", "save the combined value outside the body instead")
                     files.written(target, where, "save path", f"op {label(op)}")
     out.extend(_tables(c, searches, by_name, values, files, run))
+    _checkpoint_paths(c, loops, files, run)
     return tuple(out)
+
+
+def _checkpoint_paths(c: Checker, loops: Sequence[Loop], files: _Files, run: RunOptions) -> None:
+    """A loop's ``checkpoint.path`` is a folder the run writes under the output directory, as outputs are:
+    not outside it, not the spec or a file it reads, not a file an output or a save writes."""
+    seen: set[YamlPath] = set()
+    for loop in loops:
+        if loop.checkpoint is None or loop.checkpoint.path is None:
+            continue
+        where = (*loop.path, "checkpoint", "path")
+        if where in seen:  # the copies of a sweep's loop: one line of YAML, said once
+            continue
+        seen.add(where)
+        target = loop.checkpoint.path
+        if check_target(c, target, where, run, "checkpoint path"):
+            files.folder(target, where, f"checkpoint path '{target}' (loop '{loop.name}')", safe_name(loop.name))
 
 
 def _tables(c: Checker, searches: Sequence[Search], by_name: Mapping[str, Op],
@@ -169,6 +188,30 @@ class _Files:
 
     def read(self, target: str, who: str) -> None:
         self.inputs.setdefault(os.path.realpath(os.path.join(self.base, target)), f"the file {who} loads")
+
+    def folder(self, target: str, path: YamlPath, what: str, loop: str) -> None:
+        """A folder the run writes files into (a loop's checkpoints: ``<target>/<loop>/``)."""
+        resolved = os.path.realpath(os.path.join(self.out_dir, target))
+        for folder in (resolved, os.path.join(resolved, loop)):
+            written = self.outputs.get(folder)
+            if written is not None:
+                line = self.c.doc.locate(written[1])[0]
+                self.c.error("checkpoint-path", path, f"{what} is the file {written[0]} writes (line {line}): the "
+                             "run would make a folder of it", "give the checkpoints a folder of their own, e.g. "
+                             f"{os.path.join(os.path.dirname(target) or '.', 'checkpoints')}")
+                return
+            read = self.inputs.get(folder)
+            if read is not None:
+                self.c.error("checkpoint-path", path, f"{what} is {read}", "give the checkpoints a folder of their "
+                             "own, e.g. checkpoints")
+                return
+        existing = os.path.join(resolved, loop)
+        while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+            existing = os.path.dirname(existing)
+        if not os.path.isdir(existing):
+            self.c.error("checkpoint-path", path, f"{what} cannot be a folder: "
+                         f"{os.path.relpath(existing, self.out_dir)} is a file", "choose a path whose folders are "
+                         "directories, or do not exist yet")
 
     def written(self, target: str, path: YamlPath, what: str, who: str) -> None:
         resolved = os.path.realpath(os.path.join(self.out_dir, target))

@@ -124,10 +124,10 @@ def _check_training(c: Checker, loop: Loop, loops: Sequence[Loop]) -> None:
             return
     for field, every in (("checkpoint", loop.checkpoint.every if loop.checkpoint else 0),
                          ("evaluate", loop.evaluation.every if loop.evaluation else 0)):
-        if every and loop.steps and every >= loop.steps and field == "checkpoint":
+        if every and loop.steps and every > loop.steps and field == "checkpoint":
             c.error("loop-every", (*loop.path, field, "every"), f"a checkpoint every {every} steps of a loop of "
                     f"{loop.steps} steps would never be written (the loop's result is kept by the cache at its end)",
-                    f"every: less than {loop.steps}")
+                    f"every: {loop.steps} or less")
         elif every and loop.steps and every % loop.window and loop.window % every and every < loop.steps:
             c.warn("loop-every", (*loop.path, field, "every"), f"{field} every {every} steps does not divide the "
                    f"windows of {loop.window} steps: the windows are cut at every {field} step as well",
