@@ -76,3 +76,67 @@ def test_data_parallel_towers_weigh_the_runs_partial_last_batch(tmp_path: Path) 
         assert len(rows) == (9 if s == 9 else 32)
         w = grad_step(w, x_all[rows], y_all[rows])
     np.testing.assert_allclose(result.values["train.w"], w, rtol=1e-12, atol=1e-15)
+
+
+EVERY_EPOCHS = """\
+version: 1
+name: ee
+graph:
+  - {name: X, op: call, fn: "FNS:data", params: {n: 100}, output: {shape: [100, 3]}}
+  - {name: Y, op: call, fn: "FNS:target", inputs: [X], output: {shape: [100]}}
+  - {name: w0, op: variable, shape: [3], init: zeros}
+  - name: fit
+    iterate:
+      window: 4
+      state: {w: w0}
+      batches: {data: {x: X, y: Y}, size: 25, epochs: 5, seed: 2}
+      body:
+        - {name: w1, op: call, fn: "FNS:grad_step", inputs: [w, x, y], output: {shape: [3]}}
+      update: {w: w1}
+      evaluate:
+        every: {epochs: 2}
+        body: [{name: v, op: call, fn: "FNS:mse", inputs: [w, X, Y], output: {shape: []}}]
+        metrics: {val: v}
+      checkpoint: {every: {epochs: 1}, keep: 10}
+outputs:
+  fit.val: val.csv
+"""
+
+
+def test_every_in_epochs_evaluates_and_checkpoints_at_epoch_ends(tmp_path: Path) -> None:
+    """100 rows in batches of 25: an epoch is 4 steps; every 2 epochs evaluates at steps 8, 16 and the last (20),
+    a checkpoint every epoch is written at 4, 8, 12, 16."""
+    from orchestrator.api import check_file
+
+    spec = write_spec(tmp_path, "ee", EVERY_EPOCHS)
+    checked = check_file(spec)
+    assert not checked.errors, [d.render() for d in checked.errors]
+    assert checked.spec is not None
+    loop = checked.spec.loops[0]
+    assert (loop.steps, loop.evaluation.every if loop.evaluation else 0, loop.checkpoint.every if loop.checkpoint else 0) \
+        == (20, 8, 4)
+    result = run_file(spec, echo=quiet, write_outputs=False)
+    x_all = data(100)
+    y_all = target(x_all)
+    w, expected = np.zeros(3), []
+    for s in range(20):
+        rows = np.random.default_rng([2, s // 4]).permutation(100)[(s % 4) * 25:(s % 4 + 1) * 25]
+        w = grad_step(w, x_all[rows], y_all[rows])
+        if s + 1 in (8, 16, 20):
+            expected.append([s + 1, mse(w, x_all, y_all)])
+    np.testing.assert_allclose(np.asarray(result.values["fit.val"]), expected, rtol=1e-12)
+    folder = tmp_path / ".orchestrate" / "cache" / "checkpoints" / "ee" / "fit"
+    # not at 20: the loop evaluates there only because it is its last step, which a longer run would not
+    assert sorted(int(p.stem.rsplit("-", 1)[1]) for p in folder.glob("*.npz")) == [4, 8, 12, 16]
+
+
+def test_every_in_epochs_needs_batches_and_whole_steps(tmp_path: Path) -> None:
+    from orchestrator.api import check_file
+
+    no_batches = EVERY_EPOCHS.replace("      batches: {data: {x: X, y: Y}, size: 25, epochs: 5, seed: 2}\n",
+                                      "      steps: 20\n").replace("inputs: [w, x, y]", "inputs: [w, X, Y]")
+    said = [d.render() for d in check_file(write_spec(tmp_path, "nb", no_batches)).errors]
+    assert len(said) == 1 and "evaluate.every: every: {epochs: N} counts the epochs of 'fit''s batches" in said[0], said
+    uneven = EVERY_EPOCHS.replace("size: 25, epochs: 5, seed: 2}", "size: 30, epochs: 5, seed: 2, across_epochs: true}")
+    said = [d.render() for d in check_file(write_spec(tmp_path, "ue", uneven)).errors]
+    assert len(said) == 1 and "an epoch of 100 rows is 3.33333 batches of 30" in said[0], said

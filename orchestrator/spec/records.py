@@ -252,6 +252,7 @@ class Checkpoint:
     best_only: bool = False  # write only when the monitored metric improved (Keras's save_best_only)
     monitor: str | None = None  # the metric best_only watches: as written, else the early stop's metric
     mode: str = "min"  # lower is better ("max": higher); as written, else the early stop's
+    every_epochs: int | None = None  # every: {epochs: N}: ``every`` is 0 until validation knows an epoch's steps
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,7 @@ class Evaluation:
     every: int
     body: tuple[str, ...]  # its ops (``LOOP/eval/<op>``), planned like the others, run by the loop's driver
     metrics: tuple[tuple[str, OpRef], ...]
+    every_epochs: int | None = None  # every: {epochs: N}: ``every`` is 0 until validation knows an epoch's steps
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,16 @@ def checkpoint_of(spec: Mapping[str, Any]) -> Checkpoint | None:
     monitor = block.get("monitor", early.get("metric") if block.get("best_only") else None)
     mode = block.get("mode", early.get("mode", "min") if monitor is not None and monitor == early.get("metric")
                      else "min")
-    return Checkpoint(int(block["every"]), int(block.get("keep", 2)), None if path is None else str(path),
-                      bool(block.get("best_only", False)), None if monitor is None else str(monitor), str(mode))
+    every, epochs = every_of(block)
+    return Checkpoint(every, int(block.get("keep", 2)), None if path is None else str(path),
+                      bool(block.get("best_only", False)), None if monitor is None else str(monitor), str(mode),
+                      epochs)
+
+
+def every_of(block: Mapping[str, Any]) -> tuple[int, int | None]:
+    """(steps, epochs) of ``every: N`` or ``every: {epochs: N}`` (steps 0 until an epoch's steps are known)."""
+    every = block["every"]
+    return (0, int(every["epochs"])) if isinstance(every, dict) else (int(every), None)
 
 
 def stopping_of(spec: Mapping[str, Any]) -> tuple[Stopping, ...]:
@@ -82,8 +90,9 @@ def expand_evaluation(ex: Expander, spec: Mapping[str, Any], ipath: YamlPath, na
     inner = ex.scoped(prefix, ex.local_names(body), subs, resolve)
     ex.items(body, (*ipath, "evaluate", "body"), prefix, chain, inner, f"{name}/eval")
     metrics = tuple((str(metric), inner(str(target))) for metric, target in dict(block["metrics"]).items())
+    every, epochs = every_of(block)
     for metric, ref in metrics:
-        ex.ops.append(Op(f"{name}.{metric}", "evaluations", (ref,), {"every": int(block["every"]), "steps": steps},
+        ex.ops.append(Op(f"{name}.{metric}", "evaluations", (ref,), {"every": every, "steps": steps},
                          (*ipath, "evaluate", "metrics", metric), colocate_with=ref, group=name))
     names = tuple(op.name for op in ex.ops[first:] if op.name.startswith(prefix))
-    return Evaluation(int(block["every"]), names, metrics)
+    return Evaluation(every, names, metrics, epochs)

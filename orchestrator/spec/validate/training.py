@@ -36,23 +36,64 @@ def settle_loops(c: Checker, loops: Sequence[Loop], order: Sequence[Op],
     """The loops with their steps known, the ops that count them updated; True when any changed."""
     settled, changed = [], False
     steps_of: dict[str, int] = {}
+    every_of: dict[str, int] = {}
     for loop in loops:
         steps = _batched_steps(c, loop, values) if loop.batches is not None else loop.steps
         if steps and steps != loop.steps:
             loop, changed = replace(loop, steps=steps), True
+        loop = _every_in_epochs(c, loop, values)
         steps_of[loop.name] = loop.steps
+        every_of[loop.name] = loop.evaluation.every if loop.evaluation is not None else 0
         _check_training(c, loop, loops)
         settled.append(loop)
-    ops = [_counted(op, steps_of) if op.kind in _COUNTED else op for op in order]
+    ops = [_counted(op, steps_of, every_of) if op.kind in _COUNTED else op for op in order]
     return settled, ops, changed or any(a is not b for a, b in zip(ops, order))
 
 
-def _counted(op: Op, steps_of: Mapping[str, int]) -> Op:
+def _counted(op: Op, steps_of: Mapping[str, int], every_of: Mapping[str, int]) -> Op:
     loop = op.group if op.kind == "minibatch" else op.name.rpartition(".")[0]
     steps = steps_of.get(loop or "")
-    if steps is None or op.params.get("steps") == steps:
+    counts = {"steps": steps, **({"every": every_of.get(loop or "")} if op.kind == "evaluations" else {})}
+    if steps is None or all(op.params.get(k) == v for k, v in counts.items()):
         return op
-    return replace(op, params={**op.params, "steps": steps})
+    return replace(op, params={**op.params, **counts})
+
+
+def _every_in_epochs(c: Checker, loop: Loop, values: Values) -> Loop:
+    """``every: {epochs: N}`` of the evaluation and the checkpoint, as N x the steps of an epoch."""
+    asked = [(field, epochs) for field, epochs in (
+        ("evaluate", loop.evaluation.every_epochs if loop.evaluation is not None else None),
+        ("checkpoint", loop.checkpoint.every_epochs if loop.checkpoint is not None else None)) if epochs]
+    if not asked:
+        return loop
+    per_epoch = _epoch_steps(c, loop, values, (*loop.path, asked[0][0], "every"))
+    if per_epoch is None:
+        return loop
+    if loop.evaluation is not None and loop.evaluation.every_epochs:
+        loop = replace(loop, evaluation=replace(loop.evaluation, every=loop.evaluation.every_epochs * per_epoch))
+    if loop.checkpoint is not None and loop.checkpoint.every_epochs:
+        loop = replace(loop, checkpoint=replace(loop.checkpoint, every=loop.checkpoint.every_epochs * per_epoch))
+    return loop
+
+
+def _epoch_steps(c: Checker, loop: Loop, values: Values, where: tuple[str | int, ...]) -> int | None:
+    """The steps of one epoch of the loop's batches; None (with an error where it has none) when not known."""
+    batches = loop.batches
+    if batches is None:
+        c.error("loop-every", where, f"every: {{epochs: N}} counts the epochs of '{loop.name}''s batches, and it "
+                "has none", "give every in steps (every: N), or batches: {data: ..., size: ...}")
+        return None
+    rows = [_rows(values, source.op) for _, source in batches.data]
+    if not rows or rows[0] is None or batches.size <= 0:
+        return None  # said by the batches' own checks
+    if not batches.across_epochs:
+        return batches_per_epoch(rows[0], batches.size, batches.drop_last) or None
+    if rows[0] % batches.size:
+        c.error("loop-every", where, f"'{loop.name}' batches across epochs, and an epoch of {rows[0]} rows is "
+                f"{rows[0] / batches.size:g} batches of {batches.size}: every: {{epochs: N}} needs whole steps",
+                "give every in steps (every: N), or a size that divides the rows")
+        return None
+    return rows[0] // batches.size
 
 
 def _rows(values: Values, name: str) -> int | None:
