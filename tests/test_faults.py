@@ -1,27 +1,35 @@
-"""Faults end cleanly: a lost device worker in a loop, a lost scheduler, Ctrl-C to the process group.
+"""Faults end cleanly: a lost device worker in a loop, a lost scheduler, Ctrl-C to the process group, strangers
+at a run's link sockets.
 
 Everything is real: embedded clusters and `dask scheduler` / `orchestrate
 worker` processes on loopback, workers killed with SIGKILL by the op they
-run, SIGINT sent to a whole process group as a terminal sends it.
+run, SIGINT sent to a whole process group as a terminal sends it, local
+connections to the workers' direct-link listeners.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from test_links import closed_by_peer, connect, head, raise_descriptor_limit
 from test_remote import start_scheduler, start_task, stop_all, wait_started
 
 from orchestrator import run_file
 from orchestrator.errors import RunError
+from orchestrator.runtime.frames import HELLO
+from orchestrator.runtime.links import Address
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +56,24 @@ def nap(x, xp, marker="", seconds=60.0):
         f.write(repr(time.time()))
     time.sleep(seconds)
     return x
+
+def hold(x, xp, counter="", at=30, book="", go=""):
+    # the ``at``-th time: write where this run's links listen, then wait until the test says go
+    n = int(open(counter).read()) if os.path.exists(counter) else 0
+    with open(counter, "w") as f:
+        f.write(str(n + 1))
+    if n + 1 == at:
+        import json
+        from distributed import get_worker
+        links = get_worker().orchestrator_runtime.links
+        listening = {**links.book, "self": links.address}
+        with open(book + ".tmp", "w") as f:
+            json.dump({d: [a.host, a.port, a.local] for d, a in listening.items()}, f)
+        os.replace(book + ".tmp", book)
+        deadline = time.monotonic() + 120
+        while not os.path.exists(go) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return x + 1.0
 '''
 
 LOOP = """\
@@ -236,3 +262,80 @@ def test_loop_runs_end_without_dask_warnings(tmp_path: Path) -> None:
     assert "ran gang" in done.stdout
     assert "dangling" not in done.stdout + done.stderr
     assert "WARNING" not in done.stdout + done.stderr
+
+
+def high_water_rss(pid: int) -> int:
+    """The most resident memory ``pid`` has had, in bytes (VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for {pid}")
+
+
+def attack(address: Address, unix: bool) -> tuple[list[socket.socket], socket.socket]:
+    """What a local stranger tries on one listener: sizes it declares and a wrong secret (each refused at once),
+    and a hello that never ends (closed after the time limit)."""
+    refused = []
+    for first in (head(HELLO, 2**62), head(HELLO, 256 << 20) + b"s" * 32, head(HELLO, 64) + b"w" * 64):
+        refused.append(connect(address, unix, while_=lambda: True))
+        refused[-1].sendall(first)
+    slow = connect(address, unix, while_=lambda: True)
+    slow.sendall(head(HELLO, 64)[:7])
+    return refused, slow
+
+
+def test_strangers_at_a_runs_link_sockets_neither_end_it_nor_touch_its_values_nor_its_memory(
+        tmp_path: Path) -> None:
+    """Once: 2^62 declared ended the run (MemoryError), 1,100 connections ended it (select()), 256 MiB declared
+    was allocated in each worker before the secret was checked."""
+    raise_descriptor_limit(4096)
+    spec = loop_spec(tmp_path, at=30)
+    book, go = tmp_path / "book.json", tmp_path / "go"
+    spec.write_text(spec.read_text().replace('"killer:dies"', '"killer:hold"').replace(
+        "at: 30}", f'at: 30, book: "{book}", go: "{go}"}}'))
+    results: list[Any] = []
+    thread = threading.Thread(target=lambda: results.append(_run_or_error(spec)), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not book.exists() and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert book.exists(), f"the loop never reached step 30: {results}"
+    # GPU:1 holds step 30 (in `hold`); CPU:0 and GPU:0 wait for values meanwhile, reading their links
+    listening = {d: Address(host, port, local) for d, (host, port, local) in json.loads(book.read_text()).items()}
+    workers = worker_processes()
+    before = {pid: high_water_rss(pid) for pid in workers}
+    at_once: list[socket.socket] = []
+    later: list[socket.socket] = []
+    try:
+        try:
+            for device, address in listening.items():
+                for unix in (False, True):
+                    refused, slow = attack(address, unix)
+                    (later if device == "self" else at_once).extend(refused)
+                    later.append(slow)
+            cpu = listening["/job:localhost/replica:0/task:0/device:CPU:0"]
+            later += [connect(cpu, unix=True, while_=thread.is_alive) for _ in range(1100)]
+        except (OSError, AssertionError) as exc:  # the workers went away (or their backlog never drained)
+            thread.join(timeout=60)
+            pytest.fail(f"strangers could no longer connect ({exc!r}); the run: {results}")
+        deadline = time.monotonic() + 30  # generous, for a busy machine
+        while not all(closed_by_peer(s) for s in at_once) and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        grown = {pid: high_water_rss(pid) - before[pid] for pid in workers}
+        assert thread.is_alive(), f"the run ended while strangers called: {results}"
+        assert max(grown.values()) < 100 << 20, f"workers' memory grew by {grown} bytes while strangers called"
+        assert all(closed_by_peer(s) for s in at_once), "a stranger's refused stream is still open"
+    finally:
+        go.write_text("")
+        thread.join(timeout=180)
+        for sock in at_once + later:
+            sock.close()
+    assert len(results) == 1 and not isinstance(results[0], BaseException), results
+    np.testing.assert_allclose(results[0].values["train.w"], expected_w(), rtol=0, atol=0)
+
+
+def _run_or_error(spec: Path) -> Any:
+    try:
+        return run_file(spec, echo=quiet, write_outputs=False)
+    except BaseException as exc:  # noqa: BLE001 - the test reads it
+        return exc

@@ -7,18 +7,24 @@ values in the test's thread exactly as a window's thread does.
 
 from __future__ import annotations
 
-from pathlib import Path
-
+import re
+import resource
 import socket
+import struct
 import threading
 import time
+import tracemalloc
+from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import pytest
 
 from orchestrator.errors import RunError
 from orchestrator.runtime import Mailbox
-from orchestrator.runtime.links import HELLO, Links, encode
+from orchestrator.runtime import links as links_module
+from orchestrator.runtime.frames import HELLO, HELLO_BYTES, hello
+from orchestrator.runtime.links import Address, Links
 
 SECRET = b"s" * 32
 
@@ -109,24 +115,173 @@ def test_an_aborted_run_wakes_a_waiting_taker_at_once() -> None:
     a.close(), b.close()
 
 
+def where(links: Links) -> Address:
+    assert links.address is not None, "not listening"
+    return links.address
+
+
+def head(count: int, size: int) -> bytes:
+    """A frame's head as the wire has it: the buffer count (HELLO for a hello) and the pickle's length."""
+    return struct.pack("!IQ", count, size)
+
+
+def closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the other side closed ``sock`` (without waiting: False while it is open and silent)."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def poll_until(links: Links, done: Callable[[], bool], within: float = 20.0) -> bool:
+    """Poll ``links`` (as a waiting taker does) until ``done``; generous, for a busy machine."""
+    deadline = time.monotonic() + within
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        links.poll(0.05)
+    return True
+
+
+def the_value_still_passes(a: Links, b: Links, step: int) -> None:
+    """What strangers must not touch: A's next value reaches B, exactly."""
+    sent = np.arange(5.0) * (step + 1)
+    a.send("B", "run", [((0, step, "x"), sent)])
+    np.testing.assert_array_equal(b.mailbox.take("run", (0, step, "x"), "A", b), sent)
+
+
 def test_a_stream_without_the_secret_is_closed_unread() -> None:
     """Nothing a stranger sends is unpickled: the stream must prove the cluster's secret first."""
     a, b = pair()
     host, port = b.book["A"].host, b.book["A"].port
-    stranger = socket.create_connection((host, port))
-    name = b"A"
-    stranger.sendall(encode([("run", (0, 0, "x"), np.ones(1))])[0][:4] + b"\x00" * 8)  # data before any hello
+    data = socket.create_connection((host, port))
+    data.sendall(head(1, 8) + b"\x00" * 8)  # data before any hello
     wrong = socket.create_connection((host, port))
-    head = HELLO.to_bytes(4, "big") + (32 + len(name)).to_bytes(8, "big")
-    wrong.sendall(head + b"w" * 32 + name)
-    for _ in range(20):
-        a.poll(0.05)
-    assert a.incoming == {}, "a stream without the secret was kept"
-    stranger.settimeout(5), wrong.settimeout(5)
-    assert stranger.recv(1) == b"" and wrong.recv(1) == b""  # closed by the listener's side
+    wrong.sendall(hello(b"w" * 32, "B"))  # a hello of the right size with a wrong secret
+    waits = socket.create_connection((host, port))  # once, the secret was checked only after the 1 MiB came
+    waits.sendall(head(HELLO, 1 << 20) + b"w" * 32 + b"B")
+    assert poll_until(a, lambda: closed_by_peer(data) and closed_by_peer(wrong) and closed_by_peer(waits))
+    assert a.incoming == {} and a.pending == {}, "a stream without the secret was kept"
     assert a.mailbox._items == {}  # noqa: SLF001 - nothing was read as data
     a.close(), b.close()
 
+
+@pytest.mark.parametrize("declared", [2**62, 256 << 20, HELLO_BYTES - 12 + 1],
+                         ids=["2^62 bytes", "256 MiB", "one byte more than a hello"])
+def test_a_stranger_declaring_a_size_is_closed_at_once_and_nothing_is_allocated(declared: int) -> None:
+    """Once: 2^62 ended the run (MemoryError); 256 MiB was allocated in every worker before the secret."""
+    a, b = pair()
+    the_value_still_passes(a, b, 0)
+    stranger = socket.create_connection((where(b).host, where(b).port))
+    stranger.sendall(head(HELLO, declared) + SECRET)  # it even knows the secret: the size alone refuses it
+    tracemalloc.start()
+    try:
+        closed = poll_until(b, lambda: closed_by_peer(stranger))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"{peak:,} bytes were allocated while reading a stranger's stream"
+    assert closed, "the stranger's stream is still open"
+    the_value_still_passes(a, b, 1)
+    assert list(b.incoming.values())[0].sender == "A" and len(b.incoming) == 1
+    a.close(), b.close()
+
+
+def raise_descriptor_limit(needed: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < needed:
+        if hard != resource.RLIM_INFINITY and hard < needed:
+            pytest.skip(f"this test needs {needed} file descriptors; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
+def test_1100_connections_neither_end_a_run_nor_stay_open_beyond_the_cap() -> None:
+    """Once: 1,100 connections ended the run (select() cannot watch a descriptor above 1023)."""
+    raise_descriptor_limit(4096)
+    a, b = pair()
+    c = Links("C", Mailbox())
+    c.listen("127.0.0.1", SECRET)
+    c.book, b.book = {"B": where(b)}, {**b.book, "C": where(c)}
+    the_value_still_passes(a, b, 0)  # A's stream is open before the strangers come; C's opens after
+    got: list[Any] = []
+    taker = threading.Thread(target=lambda: got.append(_take_or_error(b, (0, 1, "x"), "C")))
+    taker.start()  # B polls (accepting the strangers) while it waits for C's value
+
+    def b_waits() -> bool:
+        assert taker.is_alive(), f"B stopped waiting for C's value: {got}"
+        return True
+
+    strangers = [connect(where(b), unix=bool(i % 2), while_=b_waits) for i in range(1100)]
+    c.send("B", "run", [((0, 1, "x"), np.full(2, 7.0))])
+    taker.join(timeout=60)
+    assert not taker.is_alive(), "B still waits for C's value"
+    assert len(got) == 1 and not isinstance(got[0], BaseException), got
+    np.testing.assert_array_equal(got[0], np.full(2, 7.0))
+    the_value_still_passes(a, b, 2)
+    assert len(b.pending) <= links_module.MAX_PENDING
+    assert sum(closed_by_peer(s) for s in strangers) >= 1100 - links_module.MAX_PENDING
+    assert {s.sender for s in b.incoming.values()} == {"A", "C"}
+    for sock in strangers:
+        sock.close()
+    a.close(), b.close(), c.close()
+
+
+def connect(address: Address, unix: bool, while_: Callable[[], bool]) -> socket.socket:
+    """A stranger's connection, waiting while the listener's backlog is full (the listener drains it)."""
+    deadline = time.monotonic() + 30
+    while True:
+        assert while_(), "the listener's side stopped polling"
+        sock = socket.socket(socket.AF_UNIX if unix else socket.AF_INET, socket.SOCK_STREAM)
+        sock.settimeout(30)
+        try:
+            sock.connect(address.local if unix else (address.host, address.port))
+            return sock
+        except BlockingIOError:  # a Unix listener's backlog is full
+            sock.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def _take_or_error(links: Links, tag: tuple[int, int, str], sender: str) -> Any:
+    try:
+        return links.mailbox.take("run", tag, sender, links)
+    except BaseException as exc:  # noqa: BLE001 - the test reads it
+        return exc
+
+
+def test_a_stream_slow_to_say_hello_is_closed_after_the_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(links_module, "HELLO_SECONDS", 0.5)
+    a, b = pair()
+    silent = socket.create_connection((where(b).host, where(b).port))
+    halfway = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    halfway.connect(where(b).local)
+    halfway.sendall(hello(SECRET, "A")[:HELLO_BYTES // 2])  # the right start, then nothing more
+    the_value_still_passes(a, b, 0)
+    assert poll_until(b, lambda: closed_by_peer(silent) and closed_by_peer(halfway))
+    assert b.pending == {}
+    the_value_still_passes(a, b, 1)
+    a.close(), b.close()
+
+
+@pytest.mark.parametrize("frame, why", [
+    (head(0, 2**62), "it declared a frame of 4,611,686,018,427,387,904 bytes in 0 buffers"),
+    (head(1, 4) + struct.pack("!Q", 2**45) + b"junk", "it declared a frame of 35,184,372,088,836 bytes"),
+    (head(0, 4) + b"junk", "its frame could not be read: UnpicklingError"),
+], ids=["2^62 bytes", "a 32 TiB buffer", "not a pickle"])
+def test_a_bad_frame_from_a_proven_peer_fails_that_link_naming_it(frame: bytes, why: str) -> None:
+    """The secret is proven, so this is one of ours gone wrong: its values cannot come, and the wait says why."""
+    a, b = pair()
+    the_value_still_passes(a, b, 0)
+    peer = socket.create_connection((where(b).host, where(b).port))
+    peer.sendall(hello(SECRET, "A") + frame)  # A again (a restarted worker, say), sending nonsense
+    with pytest.raises(RunError, match=re.escape(f"'x' of step 1 cannot come from A: the link from it failed ({why}")):
+        b.mailbox.take("run", (0, 1, "x"), "A", b)
+    assert closed_by_peer(peer)
+    a.close(), b.close()
 
 
 POLYFIT = Path(__file__).resolve().parent.parent / "examples" / "polyfit.yaml"

@@ -15,13 +15,13 @@ when it installs a device's :class:`Runtime` on a worker.
 * :mod:`.usercode`: the spec's folder as the working directory of user
   code (a lease shared by the calls of one folder), and the user's frames
   of an error.
-* :mod:`.windows`, :mod:`.links` and :mod:`.exchange`: one device's part of a
+* :mod:`.windows`, :mod:`.links`, :mod:`.frames` and :mod:`.exchange`: one device's part of a
   loop window (:class:`WindowTask`, :func:`run_window`), with values sent
   worker to worker over direct links (or Dask's comms on TLS clusters).
 """
 
 from .exchange import Mailbox, Sent, Tag, bind_courier
-from .links import SECRET_BYTES as LINK_SECRET_BYTES
+from .frames import SECRET_BYTES as LINK_SECRET_BYTES
 from .partition_task import PartitionTask, run_partition
 from .resources import device_resource, resources_for, slot_resources, task_resource, worker_resources
 from .calls import abort_run, commit_saves, discard_saves, drain_records, open_links, set_links, settle_saves

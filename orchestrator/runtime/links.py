@@ -14,126 +14,60 @@ Policy.
 * One TCP stream per (sender, receiver) pair, opened by the sender on its
   first value and kept for the worker's life; ``TCP_NODELAY``; one frame per
   batch of values (no reply, no acknowledgement: TCP's order and delivery
-  are the protocol). The first frame says who is calling and carries the
-  cluster's link secret, checked before anything on the stream is read as
-  data (a stranger's stream is closed unread).
-* A frame is a pickle (protocol 5) of ``[(run, tag, value), ...]`` with the
-  NumPy buffers out of band: written with one ``sendmsg`` from the arrays'
-  own memory, read with ``recv_into`` into the arrays' new memory. No copy
-  beyond the kernel's, no serializer of our own.
+  are the protocol). What the bytes are, and how little of a stream is read
+  before it proves the run's secret, is :mod:`.frames`'.
+* Strangers. Anything on the host can connect to a worker's sockets, and
+  nothing a stranger does may end a run or touch its values. An accepted
+  stream is pending until its hello is proven: at most :data:`MAX_PENDING`
+  of them (beyond that the oldest is closed: a peer of ours sends its hello
+  as it connects, so only a stranger stays pending), each for at most
+  :data:`HELLO_SECONDS`; a refused hello closes it at once. Proven streams
+  are bounded by the number of devices.
 * No reader threads. The thread that waits for a value polls the streams
-  (``select``) and reads every complete frame into the :class:`Mailbox`;
-  the value it wanted is then there. Writes never wait while values to read
-  are pending: a write that would block reads what the peers sent
-  meanwhile, so two devices sending each other large values cannot wait for
-  each other forever.
-* Failures. A stream closed by the peer (its worker stopped or died) fails
-  every wait for that peer's values at once, naming it; a link that went
-  dark (a cable, a host) is found by TCP keep-alive and ``TCP_USER_TIMEOUT``
-  within about 5 s; an aborted run wakes the poller through a socket pair.
+  (``selectors``: epoll on Linux, so any descriptor number works, and every
+  stream stays registered between polls) and reads every complete frame
+  into the :class:`Mailbox`; the value it wanted is then there. Writes
+  never wait while values to read are pending: a write that would block
+  reads what the peers sent meanwhile, so two devices sending each other
+  large values cannot wait for each other forever.
+* Failures. A stream closed by the peer (its worker stopped or died), or
+  one whose frame is bad, fails every wait for that peer's values at once,
+  naming it; a link that went dark (a cable, a host) is found by TCP
+  keep-alive and ``TCP_USER_TIMEOUT`` within about 5 s; an aborted run
+  wakes the poller through a socket pair.
 
 State, per worker: the listeners (TCP, and an abstract Unix socket that
 peers on the same host and network namespace use instead: no TCP stack
 between two processes of one machine), the address book of the other
-devices' listeners (set by the client before each run), the open streams,
-and which peers closed theirs. All of it is touched by one polling thread at a time.
+devices' listeners (set by the client before each run), the streams (open
+to peers, proven from them, pending their hello) and the selector they are
+registered with, and which peers closed theirs. All of it is touched by one
+polling thread at a time.
 """
 
 from __future__ import annotations
 
-import hmac
+import errno
 import os
-import pickle
 import secrets
-import select
+import selectors
 import socket
-import struct
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..errors import RunError
 from .exchange import Mailbox, Tag
+from .frames import SECRET_BYTES, Stream, encode, hello, name_digest
 
-_HEAD = struct.Struct("!IQ")  # buffers in the frame (HELLO for the first frame), length of the pickle
-_LENGTH = struct.Struct("!Q")
-HELLO = 0xFFFFFFFF
-SECRET_BYTES = 32
+MAX_PENDING = 128  # streams accepted but not yet proven; beyond it the oldest is closed
+HELLO_SECONDS = 5.0  # how long an accepted stream may take to prove the secret
+_ACCEPTS = 64  # connections taken off a listener per wake-up; the rest wait for the next poll
 DARK_LINK_SECONDS = 5  # keep-alive and unacknowledged data: a peer unheard of this long is gone
-
-
-def encode(items: Sequence[tuple[str, Tag, Any]]) -> list[Any]:
-    """One frame's parts: head, buffer lengths, the pickle, the buffers (written as they are)."""
-    buffers: list[pickle.PickleBuffer] = []
-    body = pickle.dumps(list(items), protocol=5, buffer_callback=buffers.append)
-    raws = [b.raw() for b in buffers]
-    lengths = b"".join(_LENGTH.pack(r.nbytes) for r in raws)
-    return [_HEAD.pack(len(raws), len(body)) + lengths, body, *raws]
-
-
-class _Stream:
-    """An incoming stream, read as far as the bytes that arrived allow (frames may arrive in pieces)."""
-
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-        self.sender: str | None = None  # known once its first frame (the hello) is read and checked
-        self.error = ""  # why the stream failed, when it did not just end
-        self._reset()
-
-    def _reset(self) -> None:
-        self.parts: list[bytearray] = [bytearray(_HEAD.size)]
-        self.at, self.filled, self.stage = 0, 0, "head"
-
-    def read(self, secret: bytes, mailbox: Mailbox) -> bool:
-        """Read what arrived; False once the stream is closed (or refused)."""
-        while True:
-            target = memoryview(self.parts[self.at])[self.filled:]
-            if len(target):
-                try:
-                    n = self.sock.recv_into(target)
-                except (BlockingIOError, InterruptedError):
-                    return True
-                except OSError as exc:  # reset, or timed out: keep-alive or unacknowledged data (a dark link)
-                    self.error = exc.strerror or type(exc).__name__
-                    return False
-                if n == 0:
-                    return False
-                self.filled += n
-                if n < len(target):
-                    continue
-            self.at, self.filled = self.at + 1, 0
-            if self.at == len(self.parts) and not self._advance(secret, mailbox):
-                return False
-
-    def _advance(self, secret: bytes, mailbox: Mailbox) -> bool:
-        """A part is complete: lay out the next ones, or hand over the frame."""
-        if self.stage == "head":
-            count, size = _HEAD.unpack(self.parts[0])
-            if count == HELLO:
-                self.parts, self.at, self.stage = [bytearray(size)], 0, "hello"
-            elif self.sender is None or size > 1 << 40:
-                return False  # data before a hello, or nonsense: not one of ours
-            else:
-                self.parts, self.at, self.stage = [bytearray(_LENGTH.size * count)], 0, "lengths"
-                if count == 0:
-                    self.parts, self.stage = [bytearray(size)], "frame"
-                self.size = size
-        elif self.stage == "lengths":
-            sizes = [_LENGTH.unpack_from(self.parts[0], i * _LENGTH.size)[0]
-                     for i in range(len(self.parts[0]) // _LENGTH.size)]
-            self.parts, self.at, self.stage = [bytearray(self.size), *(bytearray(s) for s in sizes)], 0, "frame"
-        elif self.stage == "hello":
-            given, name = bytes(self.parts[0][:SECRET_BYTES]), bytes(self.parts[0][SECRET_BYTES:])
-            if not secret or not hmac.compare_digest(given, secret):
-                return False
-            self.sender = name.decode()
-            self._reset()
-        else:
-            body, *buffers = self.parts
-            mailbox.put(pickle.loads(body, buffers=buffers))
-            self._reset()
-        return True
+_NO_ROOM = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)  # accept() failing for want of resources
+_WAKE, _LISTENER, _WRITING = "wake", "listener", "writing"  # what a selector key stands for (or a Stream)
 
 
 @dataclass(frozen=True)
@@ -175,17 +109,36 @@ class Links:
         self.secret = b""
         self.listeners: list[socket.socket] = []
         self.address: Address | None = None
-        self.book: dict[str, Address] = {}
+        self.book = {}
         self.outgoing: dict[str, socket.socket] = {}
-        self.incoming: dict[socket.socket, _Stream] = {}
+        self.incoming: dict[socket.socket, Stream] = {}  # streams whose hello was proven
+        self.pending: dict[socket.socket, Stream] = {}  # accepted, hello not yet proven: oldest first
         self.closed: dict[str, str] = {}  # peer -> why its stream ended (until it opens a new one)
         self.polling = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
+        self._selector = self._new_selector()
         mailbox.wakers.append(self.wake)
+
+    @property
+    def book(self) -> dict[str, Address]:
+        """Where every other device listens (set before each run)."""
+        return self._book
+
+    @book.setter
+    def book(self, book: dict[str, Address]) -> None:
+        self._book = book
+        self._names = {name_digest(device): device for device in book}
+
+    def _new_selector(self) -> selectors.BaseSelector:
+        selector = selectors.DefaultSelector()
+        selector.register(self._wake_r, selectors.EVENT_READ, _WAKE)
+        return selector
 
     def listen(self, host: str, secret: bytes) -> Address:
         """Listen on ``host`` (once per worker); streams must prove ``secret`` from now on. The address."""
+        if len(secret) != SECRET_BYTES:
+            raise ValueError(f"a link secret has {SECRET_BYTES} bytes, not {len(secret)}")
         self.secret = secret
         if self.address is None:
             tcp = socket.create_server((host, 0), backlog=64)
@@ -199,6 +152,7 @@ class Links:
                 self.listeners.append(unix)
             for listener in self.listeners:
                 listener.setblocking(False)
+                self._selector.register(listener, selectors.EVENT_READ, _LISTENER)
             name = tcp.getsockname()
             self.address = Address(str(name[0]), int(name[1]), local, machine)
         return self.address
@@ -228,8 +182,7 @@ class Links:
                 raise RunError(f"cannot open a link to {device} at {peer.host}:{peer.port}: "
                                f"{exc.strerror or exc}") from None
         _tune(sock)
-        name = self.device.encode()
-        sock.sendall(_HEAD.pack(HELLO, SECRET_BYTES + len(name)) + self.secret + name)
+        sock.sendall(hello(self.secret, self.device))
         sock.setblocking(False)
         self.outgoing[device] = sock
         return sock
@@ -266,36 +219,72 @@ class Links:
             self.mailbox.idle(timeout)  # another thread polls for this worker: its frames land in the mailbox
             return
         try:
-            readers: list[Any] = [self._wake_r, *self.listeners, *self.incoming]
-            ready, _, _ = select.select(readers, [writing] if writing is not None else [], [], timeout)
-            for sock in ready:
-                if sock is self._wake_r:
+            if writing is None:
+                ready = self._selector.select(timeout)
+            else:
+                self._selector.register(writing, selectors.EVENT_WRITE, _WRITING)
+                try:
+                    ready = self._selector.select(timeout)
+                finally:
+                    self._selector.unregister(writing)
+            for key, _ in ready:
+                what = key.data
+                if isinstance(what, Stream):
+                    if what.sock.fileno() >= 0:  # not closed by an event before it (an evicted stranger)
+                        self._read(what)
+                elif what is _LISTENER:
+                    self._accept(key.fileobj)  # type: ignore[arg-type]  # a listener registered as such
+                elif what is _WAKE:
                     self._drain_wake()
-                elif sock in self.listeners:
-                    self._accept(sock)
-                else:
-                    self._read(sock)
+            if self.pending:
+                self._expire(time.monotonic())
         finally:
             self.polling.release()
 
     def _accept(self, listener: socket.socket) -> None:
-        try:
-            sock, _ = listener.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        _tune(sock)
-        sock.setblocking(False)
-        self.incoming[sock] = _Stream(sock)
+        """Take the connections waiting (a few at a time); each is pending until its hello is proven."""
+        for _ in range(_ACCEPTS):
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # one reset before it was taken (next), or no room for it
+                if exc.errno not in _NO_ROOM:
+                    continue
+                if self.pending:  # out of descriptors: close a stranger's (the oldest pending) and take it later
+                    self._drop(next(iter(self.pending.values())))
+                return
+            sock.setblocking(False)
+            if len(self.pending) >= MAX_PENDING:  # the oldest: ours send their hello as they connect
+                self._drop(next(iter(self.pending.values())))
+            stream = Stream(sock, time.monotonic() + HELLO_SECONDS)
+            self.pending[sock] = stream
+            self._selector.register(sock, selectors.EVENT_READ, stream)
+            self._read(stream)  # a peer's hello is most often there already
 
-    def _read(self, sock: socket.socket) -> None:
-        stream = self.incoming[sock]
+    def _expire(self, now: float) -> None:
+        """Close the streams that did not prove the secret in time (the oldest come first)."""
+        for stream in list(self.pending.values()):
+            if stream.deadline > now:
+                return
+            self._drop(stream)
+
+    def _drop(self, stream: Stream) -> None:
+        self.pending.pop(stream.sock, None)
+        self.incoming.pop(stream.sock, None)
+        self._selector.unregister(stream.sock)
+        stream.sock.close()
+
+    def _read(self, stream: Stream) -> None:
         known = stream.sender
-        if stream.read(self.secret, self.mailbox):
-            if known is None and stream.sender is not None:
+        if stream.read(self.secret, self._names, self.mailbox):
+            if known is None and stream.sender is not None:  # proven: a peer of this run (or one back)
+                del self.pending[stream.sock]
+                self.incoming[stream.sock] = stream
+                _tune(stream.sock)
                 self.closed.pop(stream.sender, None)  # a peer back (a restarted worker): its stream is new
             return
-        del self.incoming[sock]
-        sock.close()
+        self._drop(stream)
         if stream.sender is not None:
             self.closed[stream.sender] = f"the link from it failed ({stream.error})" if stream.error else \
                 "its worker closed the link (it stopped or was lost)"
@@ -319,9 +308,12 @@ class Links:
             pass
 
     def close(self) -> None:
-        for sock in [*self.outgoing.values(), *self.incoming, *self.listeners]:
+        for sock in [*self.outgoing.values(), *self.incoming, *self.pending, *self.listeners]:
             sock.close()
         self.outgoing.clear()
         self.incoming.clear()
+        self.pending.clear()
         self.listeners.clear()
+        self._selector.close()
+        self._selector = self._new_selector()
         self.address = None
