@@ -25,6 +25,14 @@ with the cluster up (its start-up, the same for both sides, is kept beside it as
 Ray side's time is the 64 submissions to the last result, the same span. Both sides' losses must equal
 NumPy's computed here, and no GPU's peak (seen by its backend) may pass its cap.
 
+* **sizes**: copies of four sizes sharing their data (issue 26): a grid of 4 widths x 16 strengths, each
+  copy's ``features`` a ``call`` whose ``output`` shape is ``[2000, "${copy.width}"]`` (62.5 KiB to
+  3.9 MiB), then ``fit`` (waiting 5 ms, as the latency-bound one) and ``mse`` on it; the data (x, y, xv,
+  yv) is read by every copy and held once per GPU. An 8 MiB cap: the plan packs the small copies 8 at
+  once (the threads) and the largest 2, each counted by its own size; counted as the largest, every copy
+  would have run 2 at once (``padded_at_once``, from the plan, quoted beside). No Ray side (its fractional
+  GPUs know nothing of sizes).
+
 Goals: packed ÷ one at a time ≤ 0.5; packed ÷ Ray ≤ 1.0. Medians of the rounds (5; 2 with ``--quick``;
 with ``--budget`` only as many as fit); results in ``benchmarks/results/search.json``.
 
@@ -82,6 +90,62 @@ outputs:
 """
 
 
+WIDTHS = [4, 16, 64, 256]
+SIZES_SPEC = """\
+version: 1
+name: search-sizes
+params:
+  threads: {type: integer, default: 8}
+cluster:
+  jobs:
+    localhost: {gpus: 2, gpu_threads: "${params.threads}", gpu_memory: {limit: 8MiB}}
+graph:
+  - scope: /cpu:0
+    ops:
+      - {name: x, op: load, path: x.npy, shape: [2000]}
+      - {name: y, op: load, path: y.npy, shape: [2000]}
+      - {name: xv, op: load, path: xv.npy, shape: [500]}
+      - {name: yv, op: load, path: yv.npy, shape: [500]}
+  - name: poly
+    sweep:
+      grid: {width: WIDTHS, lam: LAMS}
+      spread: /gpu:*
+      body:
+        - {name: v, op: call, fn: "sizes_fns:features", kernels: [cpu, gpu], inputs: [x, width],
+           output: {shape: [2000, "${copy.width}"]}}
+        - {name: w, op: call, fn: "sizes_fns:fit", kernels: [cpu, gpu], inputs: [v, y, lam],
+           output: {shape: [MAX_WIDTH]}}
+        - {name: loss, op: call, fn: "sizes_fns:mse", kernels: [cpu, gpu], inputs: [xv, yv, w],
+           output: {shape: []}}
+      gather: {losses: loss}
+outputs:
+  poly.losses: losses.npy
+"""
+SIZES_FNS = """\
+import time
+
+WAIT = {wait}  # seconds a fit waits first, as the latency-bound model's
+MAX_WIDTH = {max_width}  # the weights are padded to it: every copy gives the same shape, so they gather
+
+
+def features(x, width, xp):
+    return x[:, None] ** xp.arange(int(width))
+
+
+def fit(v, y, lam, xp):
+    if WAIT:
+        time.sleep(WAIT)
+    d = v.shape[1]
+    w = xp.linalg.solve(v.T @ v + float(lam) * xp.eye(d), v.T @ y)
+    return xp.concatenate([w, xp.zeros(MAX_WIDTH - d)])
+
+
+def mse(x, y, w, xp):
+    error = features(x, MAX_WIDTH, xp) @ w - y
+    return xp.mean(error * error)
+"""
+
+
 def orchestrate_command() -> list[str]:
     script = Path(sys.executable).with_name("orchestrate")
     return [str(script)] if script.exists() else [sys.executable, "-m", "orchestrator.entry"]
@@ -103,12 +167,14 @@ def fit(x, y, lam, degree, xp):
 
 mse = search_fns.mse
 """
-VARIANTS = {"latency": 0.005, "compute": 0.0}
+VARIANTS = {"latency": 0.005, "compute": 0.0, "sizes": 0.005}
+NO_RAY = {"sizes"}  # Ray's fractional GPUs know nothing of a task's size: no side to compare with
 
 
-def make_folder(folder: Path, wait: float) -> dict[str, np.ndarray]:
+def make_folder(folder: Path, wait: float, sizes: bool = False) -> dict[str, np.ndarray]:
     folder.mkdir(parents=True)
     (folder / "bench_fns.py").write_text(BENCH_FNS.format(wait=wait), encoding="utf-8")
+    (folder / "sizes_fns.py").write_text(SIZES_FNS.format(wait=wait, max_width=max(WIDTHS)), encoding="utf-8")
     rng = np.random.default_rng(0)
     data = {"x": rng.uniform(-1, 1, 2000), "xv": rng.uniform(-1, 1, 500)}
     data["y"] = data["x"] ** 3 - data["x"] + rng.normal(0, 0.1, 2000)
@@ -116,12 +182,24 @@ def make_folder(folder: Path, wait: float) -> dict[str, np.ndarray]:
     for name, value in data.items():
         np.save(folder / f"{name}.npy", value)
     (folder / "search_fns.py").write_text((ROOT / "examples" / "search_fns.py").read_text(encoding="utf-8"))
-    spec = SPEC.replace("LAMS", json.dumps(LAMS)).replace("DEGREES", json.dumps(DEGREES))
+    spec = (SIZES_SPEC if sizes else SPEC).replace("LAMS", json.dumps(LAMS)).replace("DEGREES", json.dumps(DEGREES))
+    spec = spec.replace("MAX_WIDTH", str(max(WIDTHS))).replace("WIDTHS", json.dumps(WIDTHS))
     (folder / "search.yaml").write_text(spec, encoding="utf-8")
     return data
 
 
-def expected_losses(data: dict[str, np.ndarray]) -> np.ndarray:
+def expected_losses(data: dict[str, np.ndarray], folder: Path | None = None) -> np.ndarray:
+    """Every copy's loss computed here by NumPy one by one: the search's, or with ``folder`` its sizes'."""
+    if folder is not None:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("sizes_fns_here", folder / "sizes_fns.py")
+        assert spec is not None and spec.loader is not None
+        fns = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(fns)
+        return np.array([float(fns.mse(data["xv"], data["yv"], fns.fit(fns.features(data["x"], width, np),
+                                                                        data["y"], lam, np), np))
+                         for width in WIDTHS for lam in LAMS])
     sys.path.insert(0, str(ROOT / "examples"))
     import search_fns  # the same functions, run here by NumPy one by one
 
@@ -131,6 +209,23 @@ def expected_losses(data: dict[str, np.ndarray]) -> np.ndarray:
             w = search_fns.fit(data["x"], data["y"], lam, degree, np)
             out.append(float(search_fns.mse(data["xv"], data["yv"], w, np)))
     return np.array(out)
+
+
+def planned_packing(folder: Path) -> dict[str, Any]:
+    """What the plan packs on each GPU (threads 8), and what it would if every copy were the largest."""
+    out = subprocess.run([*orchestrate_command(), "plan", str(folder / "search.yaml"), "--format", "json"],
+                         check=True, capture_output=True, text=True).stdout
+    plan = json.loads(out)["sweeps"]["poly"]
+    devices = {}
+    for d in plan["devices"]:
+        sizes = [c["bytes"] for c in plan["copies"] if c["device"] == d["device"]]
+        room = d["limit_bytes"] - d["shared_bytes"] - d["kept_bytes"]
+        devices[d["device"]] = {
+            "at_once": d["at_once"], "waves": d["waves"], "threads": d["threads"],
+            "padded_at_once": max(1, min(d["threads"], room // max(sizes))), "copy_bytes": [min(sizes), max(sizes)],
+            "shared_bytes": d["shared_bytes"], "shared_values": d["shared_values"], "peak_bytes": d["peak_bytes"],
+            "limit_bytes": d["limit_bytes"], "why": d["why"]}
+    return devices
 
 
 def run_ours(folder: Path, threads: int, expected: np.ndarray) -> dict[str, Any]:
@@ -221,10 +316,14 @@ def figures(sides: dict[str, list[dict[str, Any]]], ray_runs: list[float]) -> di
     }
 
 
-def save(runs: dict[str, dict[str, Any]], ray_note: str, rounds: int) -> dict[str, Any]:
+def save(runs: dict[str, dict[str, Any]], ray_note: str, rounds: int,
+         packings: dict[str, dict[str, Any]]) -> dict[str, Any]:
     result = {
         "copies": len(LAMS) * len(DEGREES), "rounds_done": rounds, "ray_note": ray_note,
-        "variants": {v: {"wait_s": VARIANTS[v], **figures(r["sides"], r["ray"])} for v, r in runs.items()},
+        "variants": {v: {"wait_s": VARIANTS[v], **figures(r["sides"], r["ray"]),
+                         **({"planned": packings[v], "widths": WIDTHS, "ray_note": "no Ray side: its fractional "
+                             "GPUs know nothing of a task's size"} if v in packings else {})}
+                     for v, r in runs.items()},
         "goal_packed_over_one_at_a_time": GOAL_PACKED, "goal_packed_over_ray": GOAL_RAY,
         "no_device_over_its_cap": True,  # every run asserted it (peak seen by the backend <= cap)
     }
@@ -233,18 +332,19 @@ def save(runs: dict[str, dict[str, Any]], ray_note: str, rounds: int) -> dict[st
     return result
 
 
-def one_round(r: int, folders: dict[str, Path], expected: np.ndarray, runs: dict[str, dict[str, Any]],
+def one_round(r: int, folders: dict[str, Path], expected: dict[str, np.ndarray], runs: dict[str, dict[str, Any]],
               ray_side: RaySide | None) -> None:
     for variant, folder in folders.items():
         sides = runs[variant]["sides"]
         order = [("packed", 8), ("one_at_a_time", 1)] if r % 2 == 0 else [("one_at_a_time", 1), ("packed", 8)]
         for name, threads in order:
-            sides[name].append(run_ours(folder, threads, expected))
-        if ray_side is not None:
-            runs[variant]["ray"].append(ray_side.run(variant, expected))
-        print(f"round {r + 1}, {variant}-bound: packed {sides['packed'][-1]['run_s']:.3f} s, one at a time "
+            sides[name].append(run_ours(folder, threads, expected[variant]))
+        ray = ray_side is not None and variant not in NO_RAY
+        if ray_side is not None and ray:
+            runs[variant]["ray"].append(ray_side.run(variant, expected[variant]))
+        print(f"round {r + 1}, {variant}: packed {sides['packed'][-1]['run_s']:.3f} s, one at a time "
               f"{sides['one_at_a_time'][-1]['run_s']:.3f} s" +
-              (f", Ray {runs[variant]['ray'][-1]:.3f} s" if ray_side is not None else ""), flush=True)
+              (f", Ray {runs[variant]['ray'][-1]:.3f} s" if ray else ""), flush=True)
 
 
 def main() -> int:
@@ -259,15 +359,16 @@ def main() -> int:
     folders = {variant: base / variant for variant in VARIANTS}
     data = {}
     for variant, folder in folders.items():
-        data = make_folder(folder, VARIANTS[variant])
-    expected = expected_losses(data)
+        data = make_folder(folder, VARIANTS[variant], sizes=variant in NO_RAY)
+    expected = {v: expected_losses(data, folders[v] if v in NO_RAY else None) for v in folders}
+    packings = {v: planned_packing(folders[v]) for v in NO_RAY}
     runs: dict[str, dict[str, Any]] = {v: {"sides": {"packed": [], "one_at_a_time": []}, "ray": []} for v in folders}
     ray_side: RaySide | None = None
     ray_note = "Ray tasks with num_gpus=1/8, num_cpus=0, max_calls=0 on ray.init(num_cpus=2, num_gpus=2)"
     try:
         ray_side = RaySide(data, folders)
-        for variant in folders:
-            ray_side.run(variant, expected)  # warm-up: starts its workers
+        for variant in folders.keys() - NO_RAY:
+            ray_side.run(variant, expected[variant])  # warm-up: starts its workers
     except ImportError:
         ray_note = "Ray is not installed (pip install -e '.[anchors]'): left out"
     done, took = 0, 0.0
@@ -279,14 +380,18 @@ def main() -> int:
         one_round(r, folders, expected, runs, ray_side)
         took = time.perf_counter() - began
         done += 1
-        save(runs, ray_note, done)
+        save(runs, ray_note, done, packings)
     if ray_side is not None:
         ray_side.close()
-    result = save(runs, ray_note, done)
+    result = save(runs, ray_note, done, packings)
     for variant, fig in result["variants"].items():
         ray = f"{fig['packed_over_ray']:.3f}" if fig["packed_over_ray"] else "no Ray"
-        print(f"B9 {variant}-bound: packed ÷ one at a time {fig['packed_over_one_at_a_time']:.3f} "
+        print(f"B9 {variant}: packed ÷ one at a time {fig['packed_over_one_at_a_time']:.3f} "
               f"(goal ≤ {GOAL_PACKED}), packed ÷ Ray {ray} (goal ≤ {GOAL_RAY}); no GPU over its cap", flush=True)
+    for device, d in result["variants"]["sizes"]["planned"].items():
+        print(f"B9 sizes, {device}: {d['at_once']} at once at most (the smallest), {d['padded_at_once']} if every "
+              f"copy were the largest; copies of {d['copy_bytes'][0]} to {d['copy_bytes'][1]} B; shared once: "
+              f"{', '.join(v['value'] for v in d['shared_values'])}", flush=True)
     return 0
 
 

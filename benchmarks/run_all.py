@@ -254,9 +254,16 @@ def search_figures(b9: dict[str, Any]) -> list[Figure]:
         packed, alone = (sides.get("packed") or {}).get("run_s"), (sides.get("one_at_a_time") or {}).get("run_s")
         ray = (v.get("ray") or {}).get("run_s")
         name = f"64-copy search on 2 simulated GPUs, {variant}-bound model"
+        planned = next(iter((v.get("planned") or {}).values()), None)
+        if variant == "sizes":  # copies of four sizes sharing their data (issue 26)
+            name = "64 copies of 4 sizes sharing their data on 2 simulated GPUs"
+        note = f"; {planned['at_once']} at once at most, {planned['padded_at_once']} if each were the largest" \
+            if planned else ""
         out.append(_fig("B9", f"{name}: packed ÷ one at a time", v.get("packed_over_one_at_a_time"), "{:.3f}",
                         "≤ 0.5", at_most(0.5), f"{packed:.3f} s vs {alone:.3f} s, medians of {done}; no GPU over "
-                        "its cap" if packed and alone else ""))
+                        f"its cap{note}" if packed and alone else ""))
+        if v.get("ray_note"):
+            continue  # no Ray side for this case: said in its own note
         if ray is None:
             out.append(Figure("B9", f"{name}: packed ÷ Ray (fractional num_gpus)", None, "—", "≤ 1.0", None,
                               why=str(b9.get("ray_note") or "Ray left out")))

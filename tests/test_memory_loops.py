@@ -150,7 +150,7 @@ def test_a_chain_of_states_holds_three_steps_at_once(tmp_path: Path) -> None:
     assert _memory(path, "op")[GPU0].peak == 32 + 3 * 32
 
 
-def test_a_call_op_on_a_gpu_holds_a_copy_of_its_inputs(tmp_path: Path) -> None:
+def test_a_call_op_on_a_gpu_holds_its_inputs_as_they_are(tmp_path: Path) -> None:
     path = write(tmp_path, """\
         version: 1
         cluster:
@@ -163,9 +163,8 @@ def test_a_call_op_on_a_gpu_holds_a_copy_of_its_inputs(tmp_path: Path) -> None:
         outputs: {f: "-", k: "-"}
         """)
     memory = _memory(path)
-    # GPU at f: a (8000) + a's copy (8000) while f runs; its output (16) is made once the copy is gone
-    assert (memory[GPU0].peak, memory[GPU0].largest) == (16000, (("a", 8000), ("f's inputs, copied", 7984),
-                                                                 ("f", 16)))
+    # GPU at f: a (8000) and f's output (16): a value already on the GPU is handed to f as it is (issue 26)
+    assert (memory[GPU0].peak, memory[GPU0].largest) == (8016, (("a", 8000), ("f", 16)))
     assert memory[CPU0].peak == 8000 + 16  # a host device takes its inputs as they are
 
 

@@ -69,10 +69,10 @@ def test_search_example_matches_numpy_fitted_one_by_one(tmp_path: Path, sync: bo
     for i, copy in enumerate(sweep["copies"]):
         assert copy["params"] == {"lam": LAMS[i // 4], "degree": DEGREES[i % 4]}
         assert copy["device"].endswith(f"GPU:{i % 2}") and copy["ran_on"] == [copy["device"]]
-        assert copy["start"] <= copy["stop"] and copy["wave"] == (i // 2) // 3
+        assert copy["start"] <= copy["stop"] and copy["wave"] == (i // 2) // 4
     for device in sweep["devices"].values():
-        assert device["at_once"] == 3 and device["peak_bytes_seen"] <= device["limit_bytes"]
-        assert 1 <= device["most_at_once_seen"] <= 3
+        assert device["at_once"] == 4 and device["peak_bytes_seen"] <= device["limit_bytes"]
+        assert 1 <= device["most_at_once_seen"] <= 4
 
 
 def test_plan_shows_which_copy_runs_where_and_in_which_wave() -> None:
@@ -80,15 +80,20 @@ def test_plan_shows_which_copy_runs_where_and_in_which_wave() -> None:
     assert run_cli(["plan", str(EXAMPLES / "search.yaml")], out=out) == 0
     text = out.getvalue()
     assert "sweep 'poly': 16 copies on 2 devices" in text
-    assert "localhost/0/GPU:0: 8 copies, 3 at once in 3 waves" in text
-    assert "as many as fit its cap" in text
-    assert "  15    1ca97b278333  lam=100.0, degree=7   localhost/0/GPU:1  2" in text
+    assert "localhost/0/GPU:0: 8 copies, 4 at once in 2 waves, 88 B per copy: as many as its 4 threads" in text
+    assert "shared by its copies, held once: x 31.2 KiB, y 31.2 KiB, xv 7.8 KiB, yv 7.8 KiB" in text
+    assert "  15    1ca97b278333  lam=100.0, degree=7   localhost/0/GPU:1  1" in text
     out = io.StringIO()
     assert run_cli(["plan", str(EXAMPLES / "search.yaml"), "--format", "json"], out=out) == 0
     packing = json.loads(out.getvalue())["sweeps"]["poly"]
-    assert [c["wave"] for c in packing["copies"]] == [(i // 2) // 3 for i in range(16)]
+    assert [c["wave"] for c in packing["copies"]] == [(i // 2) // 4 for i in range(16)]
+    assert {(c["bytes"], c["slots"]) for c in packing["copies"]} == {(88, 1.0)}  # one thread's slot each
     device = packing["devices"][0]
-    assert device["peak_bytes"] <= device["limit_bytes"] < device["peak_alone_bytes"] + 4 * device["per_copy_bytes"]
+    assert device["shared_values"] == [{"value": v, "bytes": n} for v, n in
+                                       (("x", 32000), ("y", 32000), ("xv", 8000), ("yv", 8000))]
+    # kept: each copy's w, loss, lam and degree, which the gather and the select read at the end
+    assert device["shared_bytes"] >= 80000 and device["kept_bytes"] == 8 * (64 + 3 * 8) and device["waves"] == 2
+    assert device["peak_bytes"] <= device["limit_bytes"]
 
 
 SLEEPY = """\

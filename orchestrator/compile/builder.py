@@ -18,6 +18,7 @@ which values cross devices:
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import os
 from dataclasses import dataclass
@@ -57,9 +58,11 @@ def thread_slots(plan: Plan) -> tuple[dict[str, float], dict[str, int]]:
 
     A GPU worker offers a slot per thread. Its tasks take them all, so they run
     one at a time as the memory plan counts them; a copy of a sweep packed
-    ``at_once`` there takes a hair under ``threads / at_once``, so ``at_once``
-    copies fit and one more does not (``plan.memory.packing``): Dask's
-    resources are numbers, and its sums of them may round either way.
+    there takes the slots the plan gave it (``CopySlot.slots``, by its size:
+    ``plan.memory.packing``), so Dask starts copies beside each other only
+    while their sizes fit under the cap. The plan's slots are multiples of
+    1/1024, which Dask's sums of floats add and take away exactly. A copy's
+    op on another device than its home takes every slot there.
     """
     gpu_slots = {d.name: d.threads for d in plan.spec.cluster.devices if d.is_gpu and d.threads > 1}
     copy_slots: dict[str, float] = {}
@@ -68,14 +71,19 @@ def thread_slots(plan: Plan) -> tuple[dict[str, float], dict[str, int]]:
     for packing, search in zip(plan.packing, plan.spec.sweeps):
         for p in plan.placements:
             copy = search.copy_of(p.op)
-            device = packing.device(p.device_name) if copy is not None else None
-            if device is not None and p.device_name in gpu_slots:
-                copy_slots[p.op] = device.threads / device.at_once * (1 - 1e-9)
+            slot = packing.copies[copy.index] if copy is not None else None
+            if slot is not None and slot.device == p.device_name and p.device_name in gpu_slots:
+                copy_slots[p.op] = slot.slots
     return copy_slots, gpu_slots
 
 
 def _short(device: DeviceSpec) -> str:
     return f"{device.job}/{device.task}/{device.short()}"
+
+
+def _digest(key: str) -> str:
+    """A short stable name for a Dask key, to make other keys of."""
+    return hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
 Resolve = Callable[[OpRef], Located]
@@ -152,7 +160,12 @@ class GraphBuilder:
             # one reader there: Dask fetches it once as that task's dependency; no extra task
             return value.key, None
         if pair not in self.moves:
-            key = self.names.helper("move", f"{ref}@{_short(consumer)}", f"{self.suffix}-{len(self.moves)}")
+            # an outer value read in loops: one key per value and device, whichever loop or window asks, so
+            # that the loops of a sweep's copies on one GPU share one copy of the data they all read (Dask
+            # keeps a key once; the plan counts it once: plan.memory.loops)
+            tail = f"-{self.token}-{_digest(value.key)}" if value.key in self.shared else \
+                f"{self.suffix}-{len(self.moves)}"
+            key = self.names.helper("move", f"{ref}@{_short(consumer)}", tail)
             self.add(key, Task(key, move, str(ref), consumer.to_string(), self.token, TaskRef(value.key)),
                      consumer, ref.op, n_retries)
             self.moves[pair] = key

@@ -115,7 +115,7 @@ def _devices(packing: SweepPacking, copies: Sequence[Mapping[str, Any]], seen: M
     out = {}
     for d in packing.devices:
         here = {c["index"]: spans.get(c["index"], []) for c in copies if c["device"] == d.device}
-        out[d.device] = {"copies": d.copies, "at_once": d.at_once, "waves": -(-d.copies // d.at_once),
+        out[d.device] = {"copies": d.copies, "at_once": d.at_once, "waves": d.waves,
                          "most_at_once_seen": most_at_once(here), "per_copy_bytes": d.per_copy,
                          "planned_peak_bytes": d.peak, "peak_bytes_seen": seen.get(d.device), "limit_bytes": d.limit,
                          "why": d.why}

@@ -299,7 +299,9 @@ class SyncRunner(Runner):
 
     def execute(self, compiled: CompiledGraph, wanted: Sequence[str]) -> dict[str, Done]:
         """Run the tasks ``wanted`` needs, in plan order, each in its device's runtime."""
-        tasks = compiled.tasks
+        # a key an earlier graph made and the driver still holds is read, not made again (a move shared by loops)
+        made = {key: done for key in compiled.tasks if (done := self.live.get(key)) is not None}  # held while we run
+        tasks = {key: task for key, task in compiled.tasks.items() if key not in made}
         order = in_order(tasks, wanted)
         where: dict[str, str] = {}
         for key in order:

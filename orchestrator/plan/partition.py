@@ -24,6 +24,11 @@ observe or wait for:
   device with more threads only linear chains are joined (an op whose one
   local input is the partition's last op, read by nothing else), so
   independent ops still run side by side.
+* **A sweep's copy on a GPU is one task**: its ops there, whatever inputs
+  they take (an exception to the first rule). The memory plan counts a copy
+  as a whole, one at a time or packed beside others (``plan.memory.packing``);
+  as tasks of their own, Dask would start every copy's first ops before any
+  copy's last, as they wait for nothing of each other.
 * **Exact semantics.** Ops on ``GPU:*`` (Dask picks the GPU) are alone.
   Ops join only partitions of the same ``retries``: Dask retries a
   partition as a whole, from its inputs. (``timeout`` stays per op: the
@@ -198,13 +203,16 @@ def partition(plan: Plan, names: Sequence[str] | None = None, external: Collecti
 
 def _copies_on_shared_gpus(plan: Plan, members: Collection[str], where: Mapping[str, str],
                            threads: Mapping[str, int]) -> dict[str, str]:
-    """Op -> its sweep copy's prefix, for copy ops on a GPU of several threads: each copy is one task there.
+    """Op -> its sweep copy's prefix, for copy ops on a GPU: each copy is one task there.
 
-    The plan packs copies on such a GPU (``plan.memory.packing``), counting
-    what a copy holds as one whole; its ops in one partition keep a copy from
-    being half run while others start. Its values leave when the copy ends.
+    The plan packs copies on a GPU of several threads (``plan.memory.packing``),
+    counting what a copy holds as one whole, and runs them one at a time on a
+    GPU of one; either way its ops in one partition keep a copy from being half
+    run while others start (as separate tasks, Dask ran every copy's first ops
+    before any copy's last, holding all their values at once). Its values leave
+    when the copy ends.
     """
-    gpus = {d.name for d in plan.spec.cluster.devices if d.is_gpu and threads.get(d.name, 1) > 1}
+    gpus = {d.name for d in plan.spec.cluster.devices if d.is_gpu}
     if not gpus:
         return {}
     out = {}

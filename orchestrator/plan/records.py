@@ -135,6 +135,8 @@ class CopySlot:
     id: str
     device: str
     wave: int
+    size: int | None = 0  # the most it holds there while it runs (None: a size is unknown)
+    slots: float = 1.0  # the device's thread slots its tasks take (a multiple of 1/1024: Dask sums them exactly)
 
 
 @dataclass(frozen=True)
@@ -143,13 +145,17 @@ class DevicePacking:
 
     device: str
     copies: int
-    at_once: int
+    at_once: int  # the most copies beside each other (the smallest, when they differ in size)
     per_copy: int | None  # the most one copy holds there (None: a size is unknown)
     peak_alone: int  # the device's planned peak running the copies one at a time
     peak: int  # its planned peak packed (at_once copies beside each other)
     limit: int | None
     threads: int
     why: str
+    waves: int = 1
+    shared: int = 0  # the most it holds that no copy owns while they run (the data they all read, once)
+    kept: int = 0  # what its copies hold after their last op, all of them
+    shared_values: tuple[tuple[str, int], ...] = ()  # values outside the sweep its copies read there: (value, bytes)
 
 
 @dataclass(frozen=True)

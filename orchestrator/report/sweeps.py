@@ -27,10 +27,14 @@ def packing_lines(plan: Plan) -> list[str]:
         lines.append(f"sweep '{search.name}': {len(search.copies)} copies on {len(packing.devices)} device"
                      f"{'s' if len(packing.devices) != 1 else ''}")
         for d in packing.devices:
-            waves = -(-d.copies // d.at_once)
-            per_copy = format_bytes(d.per_copy) if d.per_copy is not None else "unknown"
-            lines.append(f"  {short_device(d.device)}: {d.copies} copies, {d.at_once} at once in {waves} wave"
-                         f"{'s' if waves != 1 else ''}, {per_copy} per copy: {d.why}")
+            sizes = {s.size for s in packing.copies if s.device == d.device}
+            per_copy = "unknown" if d.per_copy is None else format_bytes(d.per_copy) if len(sizes) == 1 else \
+                f"up to {format_bytes(d.per_copy)}"
+            lines.append(f"  {short_device(d.device)}: {d.copies} copies, {d.at_once} at once in {d.waves} wave"
+                         f"{'s' if d.waves != 1 else ''}, {per_copy} per copy: {d.why}")
+            if d.shared_values:
+                values = ", ".join(f"{name} {format_bytes(size)}" for name, size in d.shared_values)
+                lines.append(f"    shared by its copies, held once: {values}")
         rows = [("copy", "id", "values", "device", "wave")]
         rows += [(str(s.index), s.id, _values(search.copies[s.index].values), short_device(s.device), str(s.wave))
                  for s in packing.copies]
@@ -43,11 +47,14 @@ def packing_dict(plan: Plan) -> dict[str, Any]:
     """The packing for ``plan --format json``."""
     return {search.name: {
         "params": list(search.params),
-        "devices": [{"device": d.device, "copies": d.copies, "at_once": d.at_once, "per_copy_bytes": d.per_copy,
+        "devices": [{"device": d.device, "copies": d.copies, "at_once": d.at_once, "waves": d.waves,
+                     "per_copy_bytes": d.per_copy, "shared_bytes": d.shared, "kept_bytes": d.kept,
+                     "shared_values": [{"value": name, "bytes": size} for name, size in d.shared_values],
                      "peak_alone_bytes": d.peak_alone, "peak_bytes": d.peak, "limit_bytes": d.limit,
                      "threads": d.threads, "why": d.why} for d in packing.devices],
         "copies": [{"index": s.index, "id": s.id, "values": dict(search.copies[s.index].values),
-                    "device": s.device, "wave": s.wave} for s in packing.copies],
+                    "device": s.device, "wave": s.wave, "bytes": s.size, "slots": s.slots}
+                   for s in packing.copies],
     } for packing, search in zip(plan.packing, plan.spec.sweeps)}
 
 

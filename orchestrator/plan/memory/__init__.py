@@ -26,11 +26,11 @@ for many steps at once is counted over its step (:mod:`.loops`).
   final states and metric series live to the end (the driver keeps their
   futures), with every copy other devices fetched (Dask's active memory
   manager may drop copies sooner: a plan cannot know when).
-* A ``call`` op on a GPU holds a copy of its inputs while it runs (the
-  simulated backend copies; CuPy does not, and which backend runs is decided
-  at run time): its step counts the larger of the copies and its outputs.
+* A ``call`` op on a GPU holds its inputs as they are: neither backend
+  copies a value already on the device (:mod:`.outer`).
 * Loops (:mod:`.loops`), per ``plan.loop_mode``: values moved in before the
-  first step are kept to the end; in ``gang`` windows each device's task
+  first step are kept to the end, once per value and device however many
+  loops read them there; in ``gang`` windows each device's task
   holds, within a step, a value until its last reader, a value sent until
   its next wait (and once more for the step after: over Dask's comms a send
   is written when the event loop gets to it; on a cluster the spec declares
@@ -78,7 +78,7 @@ from ..records import DeviceMemory, Plan
 from ...spec.records import Cluster
 from .loops import in_loops
 from .packing import halving_problems, pack
-from .outer import outside_loops, transfers, transients
+from .outer import outside_loops, transfers
 from .timeline import Held, schedule, scopes, timeline
 
 __all__ = ["plan_memory", "schedule"]
@@ -94,7 +94,7 @@ def plan_memory(plan: Plan, granularity: str = "partition") -> Plan:
     unknown: dict[str, list[str]] = {device: [] for device in line.device_of.values()}
     held: dict[str, list[Held]] = {}
     for device, what in chain(outside_loops(plan, granularity, line, scope, unknown),
-                              in_loops(plan, granularity, line, scope, unknown), transients(plan, line)):
+                              in_loops(plan, granularity, line, scope, unknown)):
         held.setdefault(device, []).append(what)
     bytes_in, bytes_out = transfers(plan, line)
     ops_on: dict[str, list[str]] = {}
@@ -109,7 +109,8 @@ def plan_memory(plan: Plan, granularity: str = "partition") -> Plan:
         vague = tuple(sorted(unknown[device], key=line.step_of.__getitem__))
         memories.append(DeviceMemory(device, tuple(names), peak, peak_op, limit, vague, bytes_in.get(device, 0),
                                      bytes_out.get(device, 0), over_op, largest))
-    packing = pack(plan, held, unknown, {m.device: m.peak for m in memories}, {m.device: m.limit for m in memories})
+    packing = pack(plan, held, unknown, {m.device: m.peak for m in memories}, {m.device: m.limit for m in memories},
+                   line.step_of)
     packed_peaks = {d.device: d.peak for p in packing for d in p.devices if d.at_once > 1}
     # copies side by side: the device's peak is the packed bound (its op at the peak stays the sequential one)
     memories = [replace(m, peak=max(m.peak, packed_peaks.get(m.device, 0))) for m in memories]

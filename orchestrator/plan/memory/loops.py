@@ -7,6 +7,9 @@ ops); what it holds for many steps at once is counted over that span.
   device, and each state's initial value on the devices reading the state,
   are moved there once before the first step and kept until the run ends
   (the driver keeps those futures), or until the enclosing loop's step ends.
+  Once per value and device, however many loops read it there (``compile``
+  names the move by the value and the device): the loops of a sweep's
+  copies on one GPU share the data they all read.
   An inner loop's final states and metric series are kept until then too.
 * ``gang`` (``orchestrator.runtime.windows``): each device runs its body ops
   for a window of steps in one task. Within a step, a value is dropped after
@@ -73,8 +76,9 @@ class Span:
 def in_loops(plan: Plan, granularity: str, line: Timeline, scope: Scopes,
              unknown: dict[str, list[str]]) -> Iterator[Placed]:
     """What every device holds while the loops run: moved in, made by their steps, their inner loops' results."""
-    for span in _spans(plan, granularity, line, scope):
-        yield from _moved_in(plan, line, scope, span)
+    spans = _spans(plan, granularity, line, scope)
+    yield from _moved_in(plan, line, scope, spans)
+    for span in spans:
         yield from _exports(plan, line, scope, span, unknown)
         if span.mode == "gang":
             yield from _gang(plan, line, scope, span, unknown)
@@ -107,27 +111,39 @@ def _home(line: Timeline, scope: Scopes, ref: OpRef) -> str:
     return line.device_of[next(v.update.op for v in loop.state if v.placeholder == ref.op)]
 
 
-def _moved_in(plan: Plan, line: Timeline, scope: Scopes, span: Span) -> Iterator[Placed]:
-    """Values from outside the loop, and states' initial values, moved once to the devices reading them."""
-    loop, spec = span.loop, plan.spec
-    body = set(loop.body)
-    inits = {var.placeholder: var.init for var in loop.state}
-    wanted: dict[tuple[str, str], OpRef] = {}
-    for name in span.own:
-        device = line.device_of[name]
-        for ref in spec.op(name).inputs:
-            if ref.op in inits:
-                source = inits[ref.op]  # the state's first value: there before the first step
-            elif ref.op in body:
-                continue  # made by the loop's step (or by an inner loop)
-            else:
-                source = ref
-            if _home(line, scope, source) != device:
-                wanted.setdefault((str(source), device), source)
-    for (text, device), ref in wanted.items():
+def _moved_in(plan: Plan, line: Timeline, scope: Scopes, spans: list[Span]) -> Iterator[Placed]:
+    """Values from outside the loops, and states' initial values, moved once to each device reading them.
+
+    One move per value and device, whichever loops read it there (``compile`` names it by the value and
+    the device): a sweep's copies of a loop share the data they all read.
+    """
+    spec = plan.spec
+    wanted: dict[tuple[str, str], tuple[OpRef, int, int, list[str]]] = {}
+    for span in spans:
+        loop = span.loop
+        body = set(loop.body)
+        inits = {var.placeholder: var.init for var in loop.state}
+        for name in span.own:
+            device = line.device_of[name]
+            for ref in spec.op(name).inputs:
+                if ref.op in inits:
+                    source = inits[ref.op]  # the state's first value: there before the first step
+                elif ref.op in body:
+                    continue  # made by the loop's step (or by an inner loop)
+                else:
+                    source = ref
+                if _home(line, scope, source) == device:
+                    continue
+                pair = (str(source), device)
+                _, start, hold, loops = wanted.get(pair, (source, span.start, span.hold, []))
+                if loop.name not in loops:
+                    loops.append(loop.name)
+                wanted[pair] = (source, min(start, span.start), max(hold, span.hold), loops)
+    for (text, device), (ref, start, hold, loops) in wanted.items():
         size = spec.value(ref).nbytes
         if size is not None:
-            yield device, Held(span.start, span.hold, size, f"{text} (moved in for loop '{loop.name}')")
+            read = f"loop '{loops[0]}'" if len(loops) == 1 else f"{len(loops)} loops"
+            yield device, Held(start, hold, size, f"{text} (moved in for {read})", key_of(ref))
 
 
 def _exports(plan: Plan, line: Timeline, scope: Scopes, span: Span,
@@ -140,7 +156,7 @@ def _exports(plan: Plan, line: Timeline, scope: Scopes, span: Span,
         if size is None:
             unknown[line.device_of[name]].append(name)
         else:
-            yield line.device_of[name], Held(line.step_of[name], span.hold, size, name)
+            yield line.device_of[name], Held(line.step_of[name], span.hold, size, name, (name, 0))
 
 
 def _readers(plan: Plan, span: Span) -> dict[Key, list[str]]:
@@ -181,12 +197,12 @@ def _gang(plan: Plan, line: Timeline, scope: Scopes, span: Span,
             flush = span.stop + 1 if courier else next((p for p in waits.get(device, ()) if p > made), span.stop + 1)
             stop = max(stop, flush - 1)
             before = max(1, span.steps - 1) if courier else 1
-            yield device, Held(span.start, span.stop, before * size, f"{label(spec, key)} (sent, {before} earlier)")
-        yield device, Held(made, stop, size, label(spec, key))
+            yield device, Held(span.start, span.stop, before * size, f"{label(spec, key)} (sent, {before} earlier)", key)
+        yield device, Held(made, stop, size, label(spec, key), key)
     for (ref, device), first in _received(plan, line, scope, span).items():
         nbytes = spec.value(ref).nbytes
         if nbytes is not None:
-            yield device, Held(first, span.stop, nbytes, f"{ref} (received)")
+            yield device, Held(first, span.stop, nbytes, f"{ref} (received)", key_of(ref))
     yield from _window(plan, line, span)
 
 
@@ -198,12 +214,12 @@ def _window(plan: Plan, line: Timeline, span: Span) -> Iterator[Placed]:
         size = spec.value(var.update).nbytes
         if size is not None and copies:
             yield line.device_of[var.update.op], Held(span.start, span.stop, copies * size,
-                                                      f"state {var.name} (carried)")
+                                                      f"state {var.name} (carried)", key_of(var.update))
     for name, ref in loop.metrics:
         size = spec.value(ref).nbytes
         if size is not None and span.steps > 1:
             yield line.device_of[ref.op], Held(span.start, span.stop, (span.steps - 1) * size,
-                                               f"metric {name} ({span.steps - 1} earlier steps)")
+                                               f"metric {name} ({span.steps - 1} earlier steps)", key_of(ref))
 
 
 def _received(plan: Plan, line: Timeline, scope: Scopes, span: Span) -> dict[tuple[OpRef, str], int]:
@@ -245,17 +261,17 @@ def _per_step(plan: Plan, line: Timeline, scope: Scopes, span: Span, live: int, 
         device, made = line.device_of[key[0]], line.step_of[key[0]]
         if per_op or key in returned:
             steps = min(live, CHAINED) if key in chained else live
-            yield device, Held(span.start, span.stop, steps * size, f"{label(spec, key)} ({steps} steps)")
+            yield device, Held(span.start, span.stop, steps * size, f"{label(spec, key)} ({steps} steps)", key)
         else:  # used inside its partition only: held while it runs, by as many tasks as the device runs at once
             inside = [line.step_of[r] for r in readers.get(key, ())]
             yield device, Held(made, max([made, *inside]), min(_threads(plan, device), live) * size,
-                               label(spec, key))
+                               label(spec, key), key)
     updates = {var.placeholder: key_of(var.update) for var in loop.state}
     for (ref, device), _ in _received(plan, line, scope, span).items():
         nbytes = spec.value(ref).nbytes
         steps = min(live, CHAINED) if updates.get(ref.op, key_of(ref)) in chained else live
         if nbytes is not None:
-            yield device, Held(span.start, span.stop, steps * nbytes, f"{ref} (moved, {steps} steps)")
+            yield device, Held(span.start, span.stop, steps * nbytes, f"{ref} (moved, {steps} steps)", key_of(ref))
 
 
 CHAINED = 3  # steps of a chained value held at once: the step's, the next step's, and one Dask has yet to drop

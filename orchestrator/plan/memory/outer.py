@@ -14,10 +14,14 @@ them. Held to the end of the run: the spec's outputs, a sink's value at
 loops, a value read by a later stage or a loop (the driver keeps its future
 until the run ends); so are a loop's final states and metric series.
 
-Every op of kind ``call`` on a GPU copies its inputs onto the device while
-it runs (the simulated backend copies; CuPy's ``asarray`` of a device array
-does not, but which backend runs is known only at run time): its step holds
-the larger of those copies and its outputs.
+A ``call`` on a GPU holds nothing beyond its inputs and outputs: an input
+already on the device is handed to the function as it is (CuPy's ``asarray``
+of a device array, and the simulated GPU's ``to_device`` of an array it
+holds, copy nothing), and one that arrives from the host is made a device
+array once, when the task starts, which is the arrival counted below. (The
+simulated GPU charges the array Dask keeps, for as long as Dask keeps it;
+CuPy's copy of a host array lives while the task holds it, Dask's own copy
+being host memory: the plan counts the longer.)
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ def outside_loops(plan: Plan, granularity: str, line: Timeline, scope: Scopes,
     _together(line, stops)
     ends = {lp.name: max(line.step_of[n] for n in (*lp.body, *lp.exports)) for lp in spec.loops}
     for key, stop in stops.items():
-        yield line.device_of[key[0]], Held(line.step_of[key[0]], stop, size_of(spec, key) or 0, label(spec, key))
+        yield line.device_of[key[0]], Held(line.step_of[key[0]], stop, size_of(spec, key) or 0, label(spec, key), key)
         # its stage starts once the loops before it have ended: nothing of it exists before then
         stage = max([0] + [ends[loop] + 1 for loop in scope.stage.get(key[0], ())])
         yield from _arrivals(plan, line, key, readers.get(key, ()), scope, key in held, stage)
@@ -124,21 +128,7 @@ def _arrivals(plan: Plan, line: Timeline, key: Key, readers: list[str] | tuple[s
         if len(units) > 1:
             start = min(start, max(stage, line.arrives(device, home)))
         stop = line.end if held else line.released(device, start, tasks)
-        yield device, Held(start, stop, size, label(plan.spec, key) + " (arrived)")
-
-
-def transients(plan: Plan, line: Timeline) -> Iterator[Placed]:
-    """A ``call`` op on a GPU holds a copy of its inputs while it runs: what that adds to its outputs."""
-    spec = plan.spec
-    for name in line.order:
-        op = spec.op(name)
-        if op.kind != "call" or plan.placement(name).device.device_type != "GPU":
-            continue
-        copies = sum(spec.value(ref).nbytes or 0 for ref in op.inputs)
-        made = sum(size_of(spec, (name, i)) or 0 for i in range(op.outputs))
-        if copies > made:
-            step = line.step_of[name]
-            yield line.device_of[name], Held(step, step, copies - made, f"{name}'s inputs, copied")
+        yield device, Held(start, stop, size, label(plan.spec, key) + " (arrived)", key)
 
 
 def transfers(plan: Plan, line: Timeline) -> tuple[Mapping[str, int], Mapping[str, int]]:

@@ -24,12 +24,14 @@ SCAN = 64  # tasks of a device looked at for the one that lets a value go: beyon
 
 @dataclass(frozen=True)
 class Held:
-    """``size`` bytes on a device from position ``start`` to ``stop`` (both included); ``what`` names them."""
+    """``size`` bytes on a device from position ``start`` to ``stop`` (both included); ``what`` names them, and
+    ``key`` is the value they are of (its op and output: which copy of a sweep owns them, if any)."""
 
     start: int
     stop: int
     size: int
     what: str
+    key: Key
 
 
 Placed = tuple[str, Held]  # (device, what it holds)
