@@ -16,6 +16,10 @@ from typing import Any
 from ..devices import DeviceSpec, GpuId
 from ..errors import Diagnostic, Severity, YamlPath
 from ..ops.values import ValueInfo
+from .loops import (Batches as Batches, Checkpoint as Checkpoint, Evaluation as Evaluation, Loop as Loop,
+                    StateVar as StateVar, Stopping as Stopping)
+from .refs import OpRef as OpRef
+from .scopes import TOP, Scope as Scope
 from .searches import Halving as Halving, Search as Search, SweepCopy as SweepCopy, Table as Table
 
 
@@ -181,25 +185,6 @@ class PlacementConfig:
 
 
 @dataclass(frozen=True)
-class OpRef:
-    """A reference to an op's value: ``name`` or ``name:i`` for output i."""
-
-    op: str
-    output: int | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> OpRef:
-        """``name`` or ``name:i`` (output i of a multi-output op)."""
-        name, sep, index = text.rpartition(":")
-        if sep and index.isdigit() and name:
-            return cls(name, int(index))
-        return cls(text)
-
-    def __str__(self) -> str:
-        return self.op if self.output is None else f"{self.op}:{self.output}"
-
-
-@dataclass(frozen=True)
 class DeviceRequest:
     """One link of an op's device chain: a device string and who wrote it."""
 
@@ -227,6 +212,7 @@ class Op:
     group: str | None = None  # the construct that made it
     outputs: int = 1
     cache: bool | None = None  # the op's own ``cache:`` (None: its construct's, else the spec's)
+    scope: Scope = TOP  # its loop, role and sweep copy, set once by the spec stage (spec.validate.scopes)
 
 
 @dataclass(frozen=True)
@@ -234,102 +220,6 @@ class Output:
     ref: OpRef
     target: str  # a path, or "-" for stdout
     path: YamlPath
-
-
-@dataclass(frozen=True)
-class StateVar:
-    name: str
-    init: OpRef
-    placeholder: str  # the body's state op
-    update: OpRef
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    every: int
-    keep: int = 2
-    path: str | None = None  # a directory relative to the output directory; None: the cache directory's
-    best_only: bool = False  # write only when the monitored metric improved (Keras's save_best_only)
-    monitor: str | None = None  # the metric best_only watches: as written, else the early stop's metric
-    mode: str = "min"  # lower is better ("max": higher); as written, else the early stop's
-    every_epochs: int | None = None  # every: {epochs: N}: ``every`` is 0 until validation knows an epoch's steps
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """A body run every ``every`` steps (and after the last) on the states as they are then."""
-
-    every: int
-    body: tuple[str, ...]  # its ops (``LOOP/eval/<op>``), planned like the others, run by the loop's driver
-    metrics: tuple[tuple[str, OpRef], ...]
-    every_epochs: int | None = None  # every: {epochs: N}: ``every`` is 0 until validation knows an epoch's steps
-
-
-@dataclass(frozen=True)
-class Stopping:
-    """When a loop stops before its last step: Keras's EarlyStopping, or a condition; judged at evaluations."""
-
-    metric: str
-    mode: str = "min"  # early stop: lower is better ("max": higher)
-    patience: int | None = None  # None: a condition (below/above), not early stopping
-    min_delta: float = 0.0
-    baseline: float | None = None
-    start_from: int = 0  # evaluations ignored at the start
-    restore_best: bool = False
-    below: float | None = None
-    above: float | None = None
-
-
-@dataclass(frozen=True)
-class Batches:
-    """Minibatches: each ``data`` name in the body is this step's rows of an outer value."""
-
-    data: tuple[tuple[str, OpRef], ...]  # (body op made for it, the outer value)
-    size: int
-    epochs: int | None
-    shuffle: bool | str = True  # True: a new order each epoch; "once": one order for every epoch; False: in order
-    seed: int = 0
-    drop_last: bool = False
-    across_epochs: bool = False  # the epochs one stream, batches cut from it whole (tf.data repeat, then batch)
-
-
-@dataclass(frozen=True)
-class Loop:
-    """An ``iterate`` construct: its body ops run ``steps`` times with carried state."""
-
-    name: str
-    steps: int
-    window: int
-    state: tuple[StateVar, ...]
-    body: tuple[str, ...]
-    metrics: tuple[tuple[str, OpRef], ...]
-    path: YamlPath
-    checkpoint: Checkpoint | None = None
-    evaluation: Evaluation | None = None
-    stopping: tuple[Stopping, ...] = ()
-    batches: Batches | None = None
-    rungs: tuple[int, ...] = ()  # a halving sweep's rungs: its windows end there too (the driver decides)
-
-    @property
-    def evaluated(self) -> tuple[str, ...]:
-        """The ops of its evaluation body (run by its driver between windows, never as steps)."""
-        return self.evaluation.body if self.evaluation is not None else ()
-
-    def window_starts(self) -> tuple[int, ...]:
-        """The first step of each window: every ``window`` steps, and a window ends at every checkpoint and
-        evaluation step (the driver reads the states there)."""
-        cuts = set(range(0, self.steps, self.window)) | {r for r in self.rungs if 0 < r < self.steps}
-        for every in (self.checkpoint.every if self.checkpoint else 0, self.evaluation.every if self.evaluation else 0):
-            if every:
-                cuts |= set(range(every, self.steps, every))
-        return tuple(sorted(cuts))
-
-    @property
-    def exports(self) -> tuple[str, ...]:
-        """``NAME.state`` and ``NAME.metric``: values the driver resolves after the loop, never tasks."""
-        evaluated = self.evaluation.metrics if self.evaluation is not None else ()
-        return (*(f"{self.name}.{var.name}" for var in self.state), *(f"{self.name}.{m}" for m, _ in self.metrics),
-                *(f"{self.name}.{m}" for m, _ in evaluated))
 
 
 @dataclass(frozen=True)
