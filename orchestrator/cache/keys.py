@@ -92,9 +92,9 @@ def module_file(module: str, base_dir: str) -> str | None:
 def compute_keys(plan: Plan, base_dir: str, files: str = "stat") -> Keys:
     """Keys of every op outside loops and of every loop, in the plan's order (inputs before readers)."""
     spec = plan.spec
-    outermost = [lp for lp in spec.loops if not any(lp.name.startswith(o.name + "/") for o in spec.loops)]
+    outermost = [lp for lp in spec.loops if lp.parent is None]
     loop_of = {name: loop for loop in outermost for name in loop.body + _evaluated(loop)}
-    export_of = {o.name: loop for loop in outermost for o in spec.ops if o.name.startswith(loop.name + ".")}
+    export_of = {name: loop for loop in outermost for name in loop.exports}
     ops: dict[str, Key] = {}
     loops: dict[str, Key] = {}
     revisions: dict[str, Key] = {}
@@ -121,9 +121,9 @@ def _op_key(plan: Plan, name: str, known: Mapping[str, Key], base_dir: str, file
             unkeyed: dict[str, str], step: int | None) -> Key | None:
     spec = plan.spec
     op = spec.op(name)
-    if op.group is not None and name.startswith(op.group + ".") and any(s.name == op.group for s in spec.sweeps):
+    if op.scope.role == "gathering":
         # what a sweep makes of all its copies: cheap, and a copy may have failed (its entry then never is)
-        unkeyed[name] = f"sweep '{op.group}' gathers it from its copies' values (each copy's are cached)"
+        unkeyed[name] = f"sweep '{op.scope.sweep}' gathers it from its copies' values (each copy's are cached)"
         return None
     inputs: list[str] = []
     for ref in op.inputs:
@@ -153,7 +153,7 @@ def _op_key(plan: Plan, name: str, known: Mapping[str, Key], base_dir: str, file
         if "seed" not in op.params:
             unkeyed[name] = "a random op is cached only with a fixed seed"
             return None
-        parts["stream"] = _hash([int(part) for part in name.split("/") if part.isdigit()])
+        parts["stream"] = _hash(list(op.scope.indices))  # the copy of each construct around it
         if step is not None:
             parts["step"] = str(step)
     return Key(_hash(parts), parts)

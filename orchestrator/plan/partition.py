@@ -66,7 +66,7 @@ from dataclasses import dataclass, field, replace
 
 from ..devices import ANY, DeviceSpec
 from .records import GRANULARITIES, LoopMode, Partition, Plan, TaskPlan
-from ..spec.records import Loop
+from ..spec.records import Loop, Scope, Spec
 
 __all__ = ["Partition", "gang_blocker", "loop_mode", "partition", "plan_tasks", "published"]
 
@@ -80,8 +80,7 @@ def plan_tasks(plan: Plan) -> Plan:
     top = partition(plan, [name for name in order if name not in in_loops and name not in exports])
     loops: dict[str, tuple[Partition, ...]] = {}
     for loop in spec.loops:
-        inner = {name for other in spec.loops if other.name.startswith(loop.name + "/")
-                 for name in (*other.body, *other.exports)}
+        inner = {name for other in spec.descendants(loop) for name in (*other.body, *other.exports)}
         placeholders = {var.placeholder for var in loop.state}
         body = set(loop.body) - inner
         loops[loop.name] = partition(plan, [name for name in order if name in body], external=placeholders)
@@ -99,9 +98,8 @@ def gang_blocker(plan: Plan, loop: Loop) -> str:
     for name in loop.body:
         if plan.placement(name).device.device_index == ANY and name not in placeholders:
             return f"op '{name}' runs on GPU:* (Dask picks its GPU at run time, so its peers cannot know where)"
-    other = next((lp.name for lp in spec.loops if lp.name.startswith(loop.name + "/")), None)
-    if other is not None:
-        return f"it holds the loop '{other}'"
+    if loop.children:
+        return f"it holds the loop '{loop.children[0]}'"
     for var in loop.state:
         if var.update.op not in body or var.update.op in placeholders:
             return f"state '{var.name}' is not updated by an op of the body"
@@ -113,10 +111,9 @@ def gang_blocker(plan: Plan, loop: Loop) -> str:
 
 def loop_mode(plan: Plan, loop: Loop, granularity: str) -> tuple[str, str]:
     """How ``loop`` runs at ``granularity``: ``nested``, ``gang``, ``partition`` or ``op``, and in words why."""
-    inner = [lp.name for lp in plan.spec.loops if lp is not loop and lp.name.startswith(loop.name + "/")]
-    if inner:
-        return "nested", (f"step by step, because it holds the loop '{inner[0]}': each step runs its own ops, "
-                          "then that loop")
+    if loop.children:
+        return "nested", (f"step by step, because it holds the loop '{loop.children[0]}': each step runs its own "
+                          "ops, then that loop")
     if granularity == "op":
         return "op", "a task per op per step (--granularity op)"
     blocker = gang_blocker(plan, loop)
@@ -128,6 +125,7 @@ def loop_mode(plan: Plan, loop: Loop, granularity: str) -> tuple[str, str]:
 
 
 _NONE: frozenset[str] = frozenset()
+CopyKey = tuple[str, int]  # (sweep, copy index): a sweep copy
 
 
 @dataclass
@@ -136,7 +134,7 @@ class _Open:
     imports: frozenset[str]
     retries: int
     depends: dict[str, frozenset[str]] = field(default_factory=dict)  # op -> the imports it depends on
-    copy: str | None = None  # the sweep copy (its prefix) whose ops on a packed GPU make this partition
+    copy: CopyKey | None = None  # the sweep copy whose ops on a GPU make this partition
 
 
 def partition(plan: Plan, names: Sequence[str] | None = None, external: Collection[str] = (),
@@ -172,7 +170,7 @@ def partition(plan: Plan, names: Sequence[str] | None = None, external: Collecti
         copy = copy_of.get(name)
         if part is not None and (copy is not None or part.copy is not None):
             joined = copy is not None and part.copy == copy and part.retries == retries and \
-                _joins_copy(part, needs, copy)
+                _joins_copy(part, needs, copy, spec)
             if joined:
                 part.imports = part.imports | frozenset(n for n in needs if n not in part.depends)
                 part.ops.append(name)
@@ -202,8 +200,8 @@ def partition(plan: Plan, names: Sequence[str] | None = None, external: Collecti
 
 
 def _copies_on_shared_gpus(plan: Plan, members: Collection[str], where: Mapping[str, str],
-                           threads: Mapping[str, int]) -> dict[str, str]:
-    """Op -> its sweep copy's prefix, for copy ops on a GPU: each copy is one task there.
+                           threads: Mapping[str, int]) -> dict[str, CopyKey]:
+    """Op -> its sweep copy, for copy ops on a GPU: each copy is one task there.
 
     The plan packs copies on a GPU of several threads (``plan.memory.packing``),
     counting what a copy holds as one whole, and runs them one at a time on a
@@ -216,19 +214,22 @@ def _copies_on_shared_gpus(plan: Plan, members: Collection[str], where: Mapping[
     if not gpus:
         return {}
     out = {}
-    for search in plan.spec.sweeps:
-        for name in members:
-            copy = search.copy_of(name) if where[name] in gpus else None
-            if copy is not None:
-                out[name] = copy.prefix
+    for name in members:
+        scope = plan.spec.op(name).scope
+        if scope.copy is not None and scope.sweep is not None and where[name] in gpus:
+            out[name] = (scope.sweep, scope.copy)
     return out
 
 
-def _joins_copy(part: _Open, needs: Sequence[str], copy: str) -> bool:
+def _joins_copy(part: _Open, needs: Sequence[str], copy: CopyKey, spec: Spec) -> bool:
     """A copy's op joins its copy's open partition unless it needs a value of the copy made elsewhere
     (that value may wait for this partition: joining would make a cycle). Its other inputs join the imports."""
     members = set(part.ops)
-    return not any(n.startswith(copy) and n not in members for n in needs)
+    return not any(n not in members and _copy_key(spec.op(n).scope) == copy for n in needs)
+
+
+def _copy_key(scope: Scope) -> CopyKey | None:
+    return (scope.sweep, scope.copy) if scope.sweep is not None and scope.copy is not None else None
 
 
 def _reads(plan: Plan, where: Mapping[str, str], members: Collection[str], cut_after: Collection[str]) \

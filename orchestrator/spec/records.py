@@ -284,6 +284,29 @@ class Spec:
         """Every op by name (built once: planners look ops up 100k times)."""
         return {o.name: o for o in self.ops}
 
+    @functools.cached_property
+    def loop_index(self) -> dict[str, Loop]:
+        return {loop.name: loop for loop in self.loops}
+
+    def loop(self, name: str) -> Loop:
+        return self.loop_index[name]
+
+    def descendants(self, loop: Loop) -> list[Loop]:
+        """The loops ``loop``'s steps run, at any depth (from ``Loop.children``)."""
+        out, todo = [], list(loop.children)
+        while todo:
+            inner = self.loop_index[todo.pop()]
+            out.append(inner)
+            todo.extend(inner.children)
+        return out
+
+    @functools.cached_property
+    def search_index(self) -> dict[str, Search]:
+        return {search.name: search for search in self.sweeps}
+
+    def search(self, name: str) -> Search:
+        return self.search_index[name]
+
     def value(self, ref: OpRef) -> ValueInfo:
         infos = self.values.get(ref.op, ())
         index = ref.output or 0

@@ -29,10 +29,11 @@ class Scope:
     sweep: str | None = None  # the innermost sweep whose copy made it, or whose gathering op it is
     copy: int | None = None  # that copy's index (None for a gathering op)
     indices: tuple[int, ...] = ()  # the copy index of every replicate and sweep around it, outermost first
+    copies: tuple[tuple[str, int], ...] = ()  # (sweep, copy index) of every sweep copy around it, outermost first
 
-    @property
-    def in_copy(self) -> bool:
-        return self.copy is not None
+    def copy_in(self, sweep: str) -> int | None:
+        """The index of the copy of ``sweep`` that made this op (at any depth), or None."""
+        return next((index for name, index in self.copies if name == sweep), None)
 
 
 TOP = Scope()

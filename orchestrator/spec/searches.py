@@ -56,6 +56,10 @@ class Search:
     allow_failures: bool = False
     halving: Halving | None = None
 
+    def halved_loop(self, copy: SweepCopy) -> str | None:
+        """The name of ``copy``'s loop that halving ranks (None without halving)."""
+        return copy.prefix + self.halving.loop if self.halving is not None else None
+
     def copy_of(self, op: str) -> SweepCopy | None:
         """The copy whose body made ``op`` (ops outside the copies: None)."""
         head = op[len(self.name) + 1:].split("/", 1)[0] if op.startswith(self.name + "/") else ""

@@ -86,7 +86,7 @@ def halving_problems(plan: Plan) -> list[Diagnostic]:
         if search.halving is None:
             continue
         for copy in search.copies:
-            loop = next((lp for lp in plan.spec.loops if lp.name == copy.prefix + search.halving.loop), None)
+            loop = plan.spec.loop_index.get(search.halved_loop(copy) or "")
             devices = sorted({plan.placement(n).device_name for n in loop.body}) if loop is not None else []
             if len(devices) > 1:
                 out.append(plan.spec.document.diagnostic(
@@ -107,13 +107,13 @@ def home_of(plan: Plan, names: Sequence[str]) -> str:
     return max(counts, key=lambda d: counts[d]) if counts else ""
 
 
-def by_copy(search: Search, names: Iterable[str]) -> dict[int, list[str]]:
-    """``names`` (ops, or what a device holds) by the copy of ``search`` they belong to, in one pass."""
+def by_copy(plan: Plan, search: Search, names: Iterable[str]) -> dict[int, list[str]]:
+    """``names`` (ops) by the copy of ``search`` they belong to (``Op.scope``), in one pass."""
     out: dict[int, list[str]] = {}
     for name in names:
-        copy = search.copy_of(name)
-        if copy is not None:
-            out.setdefault(copy.index, []).append(name)
+        index = plan.spec.op(name).scope.copy_in(search.name)
+        if index is not None:
+            out.setdefault(index, []).append(name)
     return out
 
 
@@ -133,7 +133,7 @@ class _Footprint:
 def _pack_search(plan: Plan, search: Search, held: Mapping[str, Sequence[Held]],
                  unknown: Mapping[str, Sequence[str]], peaks: Mapping[str, int],
                  limits: Mapping[str, int | None], step_of: Mapping[str, int]) -> SweepPacking:
-    ops_of = by_copy(search, (p.op for p in plan.placements))
+    ops_of = by_copy(plan, search, (p.op for p in plan.placements))
     owner = {name: index for index, names in ops_of.items() for name in names}
     on: dict[str, list[SweepCopy]] = {}
     for copy in search.copies:

@@ -179,13 +179,12 @@ class Scopes:
 
 def scopes(plan: Plan) -> Scopes:
     spec = plan.spec
-    loops = sorted(spec.loops, key=lambda lp: len(lp.name))  # outer loops first: inner ones overwrite
-    loop_of = {name: lp for lp in loops for name in lp.body}
+    loop_of = {op.name: spec.loop(op.scope.loop) for op in spec.ops
+               if op.scope.loop is not None and op.scope.role in ("step", "state")}
     exports = {name: lp for lp in spec.loops for name in lp.exports}
     for name, lp in exports.items():  # an inner loop's exports are its enclosing loop's values
-        holder = _parent(lp, spec.loops)
-        if holder is not None:
-            loop_of[name] = holder
+        if lp.parent is not None:
+            loop_of[name] = spec.loop(lp.parent)
     placeholders = {var.placeholder: lp for lp in spec.loops for var in lp.state}
     stage: dict[str, frozenset[str]] = {}
     # in the plan's order: every value before its readers, a loop's body before its exports
@@ -193,12 +192,8 @@ def scopes(plan: Plan) -> Scopes:
         op = spec.op(p.op)
         before = frozenset().union(*(stage.get(dep, frozenset()) for dep in (*(r.op for r in op.inputs), *op.after)))
         loop = exports.get(p.op)
-        if loop is not None and _parent(loop, spec.loops) is None:  # a loop's results: after it and what it read
+        if loop is not None and loop.parent is None:  # a loop's results: after it and what it read
             before = before.union(*(stage.get(n, frozenset()) for n in loop.body), {loop.name})
         stage[p.op] = before
-    return Scopes(loop_of, {lp.name: _parent(lp, spec.loops) for lp in spec.loops}, placeholders, exports, stage)
-
-
-def _parent(loop: Loop, loops: tuple[Loop, ...]) -> Loop | None:
-    holders = [other for other in loops if other is not loop and loop.name.startswith(other.name + "/")]
-    return max(holders, key=lambda lp: len(lp.name)) if holders else None
+    return Scopes(loop_of, {lp.name: spec.loop(lp.parent) if lp.parent else None for lp in spec.loops},
+                  placeholders, exports, stage)

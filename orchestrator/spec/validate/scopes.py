@@ -24,7 +24,7 @@ from ..scopes import Role
 def assign_scopes(ops: Sequence[Op], loops: Sequence[Loop], searches: Sequence[Search]) -> tuple[list[Op], list[Loop]]:
     """``ops`` and ``loops`` with their scopes, and the loops with their parents and children."""
     tree = _loop_tree(loops)
-    where: dict[str, tuple[str, Role]] = {}
+    where: dict[str, tuple[str | None, Role]] = {}
     for loop in sorted(loops, key=lambda lp: len(lp.name)):  # outer loops first: an inner loop's ops are its own
         placeholders = {var.placeholder for var in loop.state}
         for name in loop.body:
@@ -38,20 +38,22 @@ def assign_scopes(ops: Sequence[Op], loops: Sequence[Loop], searches: Sequence[S
     shared: dict[Scope, Scope] = {}  # one record per distinct scope: 100k ops have a handful
     scoped = []
     for op in ops:
-        loop, role = where.get(op.name, (None, "plain"))
-        found = copies.innermost(op.name)
+        owner, role = where.get(op.name, (None, "plain"))
+        around = copies.around(op.name)
+        found = around[-1] if around else None
         sweep, copy = (found[0].name, found[1].index) if found is not None else (None, None)
         if op.group in gathering and op.name.startswith(f"{op.group}.") and role == "plain":
             sweep, copy, role = op.group, None, "gathering"
         elif found is not None and op.kind == "constant" and op.name[len(found[1].prefix):] in found[0].params:
             role = "copy-value"
-        scope = Scope(loop, role, sweep, copy, _indices(op.name))
+        scope = Scope(owner, role, sweep, copy, _indices(op.name), tuple((s.name, c.index) for s, c in around))
         scoped.append(replace(op, scope=shared.setdefault(scope, scope)))
     built = []
     for loop in loops:
-        found = copies.innermost(loop.name)
-        scope = Scope(tree[loop.name][0], "plain", found[0].name if found else None,
-                      found[1].index if found else None, _indices(loop.name))
+        around = copies.around(loop.name)
+        scope = Scope(tree[loop.name][0], "plain", around[-1][0].name if around else None,
+                      around[-1][1].index if around else None, _indices(loop.name),
+                      tuple((s.name, c.index) for s, c in around))
         built.append(replace(loop, parent=tree[loop.name][0], children=tree[loop.name][1], scope=scope))
     return scoped, built
 
@@ -71,26 +73,26 @@ def _loop_tree(loops: Sequence[Loop]) -> dict[str, tuple[str | None, tuple[str, 
 
 
 class _CopyIndex:
-    """Every sweep copy by its prefix (``hp/3/``), to find the innermost one a name is made in."""
+    """Every sweep copy by its prefix (``hp/3/``), to find the ones a name is made in."""
 
     def __init__(self, searches: Sequence[Search]):
         self.by_prefix: dict[str, tuple[Search, SweepCopy]] = {
             copy.prefix: (search, copy) for search in searches for copy in search.copies}
 
-    def innermost(self, name: str) -> tuple[Search, SweepCopy] | None:
+    def around(self, name: str) -> list[tuple[Search, SweepCopy]]:
+        """The sweep copies ``name`` is made in, outermost first: each "/<digits>/" in it may end a copy's
+        prefix."""
+        found: list[tuple[Search, SweepCopy]] = []
         if not self.by_prefix:
-            return None
-        found = None
+            return found
         start = 0
-        while True:  # each "/<digits>/" ends a candidate prefix; the last that is a copy's is the innermost
+        while True:
             slash = name.find("/", start)
-            if slash < 0:
-                return found
-            end = name.find("/", slash + 1)
+            end = name.find("/", slash + 1) if slash >= 0 else -1
             if end < 0:
                 return found
-            if name[slash + 1:end].isdigit():
-                found = self.by_prefix.get(name[:end + 1], found)
+            if name[slash + 1:end].isdigit() and name[:end + 1] in self.by_prefix:
+                found.append(self.by_prefix[name[:end + 1]])
             start = slash + 1
 
 
