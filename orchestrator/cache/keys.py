@@ -121,7 +121,7 @@ def _op_key(plan: Plan, name: str, known: Mapping[str, Key], base_dir: str, file
             unkeyed: dict[str, str], step: int | None) -> Key | None:
     spec = plan.spec
     op = spec.op(name)
-    if op.scope.role == "gathering":
+    if op.scope.part == "gathering":
         # what a sweep makes of all its copies: cheap, and a copy may have failed (its entry then never is)
         unkeyed[name] = f"sweep '{op.scope.sweep}' gathers it from its copies' values (each copy's are cached)"
         return None

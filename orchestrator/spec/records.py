@@ -212,7 +212,7 @@ class Op:
     group: str | None = None  # the construct that made it
     outputs: int = 1
     cache: bool | None = None  # the op's own ``cache:`` (None: its construct's, else the spec's)
-    scope: Scope = TOP  # its loop, role and sweep copy, set once by the spec stage (spec.validate.scopes)
+    scope: Scope = TOP  # its loop and role there, its sweep copy: set by the construct that made it
 
 
 @dataclass(frozen=True)

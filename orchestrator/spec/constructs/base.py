@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from ...devices import DeviceSpec
 from ...errors import DeviceSpecError, Diagnostic, YamlPath, did_you_mean
-from ..records import Cluster, DeviceRequest, Document, Loop, Op, OpRef
+from ..records import Cluster, DeviceRequest, Document, Loop, Op, OpRef, Scope
+from ..scopes import TOP
 from ..searches import Search
 from ...ops import COMMON_KEYS, lookup
 from .shapes import settle_shapes
@@ -61,6 +63,17 @@ class Expander:
     searches: list[Search] = field(default_factory=list)  # every sweep's copies, in graph order
     copy_bodies: list[tuple[YamlPath, int, Any]] = field(default_factory=list)  # bodies ${copy.NAME} changed
     copies: int = 0  # the sweeps' copies made so far (a spec holds at most space.MAX_COPIES)
+    scope: Scope = TOP  # where the ops made now stand: each loop, replicate copy and sweep copy narrows it
+
+    @contextmanager
+    def within(self, **narrower: Any) -> Iterator[Scope]:
+        """Make the ops of a body in a narrower scope (``loop=``, ``role=``, a copy's ``indices=``, ...)."""
+        outer = self.scope
+        self.scope = replace(outer, **narrower)
+        try:
+            yield self.scope
+        finally:
+            self.scope = outer
 
     def construct_of(self, item: Mapping[str, Any]) -> Construct | None:
         return next((c for key, c in self.registry.items() if key in item), None)
@@ -173,7 +186,7 @@ class Expander:
             input_keys=keys, device_chain=chain, after=tuple(str(resolve(str(a))) for a in item.get("after") or []),
             tags=tuple(item.get("tags") or ()), retries=int(item.get("retries", 0)),
             timeout=item.get("timeout"), group=group, outputs=output_count(item),
-            cache=bool(item["cache"]) if "cache" in item else None,
+            cache=bool(item["cache"]) if "cache" in item else None, scope=self.scope,
         ))
 
 

@@ -10,6 +10,7 @@ record, which the executor runs window by window.
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
+from dataclasses import replace
 
 from ...errors import YamlPath
 from ..records import Loop, Op, OpRef, StateVar
@@ -52,18 +53,21 @@ class Iterate:
                 "of each metric per step on the client"))
             return
         step_prefix = f"{name}/"
-        first = len(ex.ops)
+        first, made = len(ex.ops), len(ex.loops)
+        own = ex.scope  # where the loop itself stands
+        state_scope, export_scope = replace(own, loop=name, role="state"), replace(own, loop=name, role="export")
         subs: dict[str, OpRef] = {}
         for var, init in state.items():
             init_ref = resolve(str(init))
             placeholder = step_prefix + var
             ex.ops.append(Op(placeholder, "state", (init_ref,), {}, (*ipath, "state", var),
-                             device_chain=chain, colocate_with=init_ref, group=name))
+                             device_chain=chain, colocate_with=init_ref, group=name, scope=state_scope))
             subs[var] = OpRef(placeholder)
         local = ex.local_names(body) | {str(k) for k in (spec.get("batches") or {}).get("data", {})}
         inner = ex.scoped(step_prefix, local, subs, resolve)
-        batches = expand_batches(ex, spec, ipath, step_prefix, chain, resolve, name)
-        ex.items(body, (*ipath, "body"), step_prefix, chain, inner, name)
+        with ex.within(loop=name, role="step"):
+            batches = expand_batches(ex, spec, ipath, step_prefix, chain, resolve, name)
+            ex.items(body, (*ipath, "body"), step_prefix, chain, inner, name)
         state_vars = []
         for var, init in state.items():
             target = update.get(var)
@@ -71,7 +75,7 @@ class Iterate:
             state_vars.append(StateVar(var, resolve(str(init)), subs[var].op, update_ref))
             where = (*ipath, "update", var) if target is not None else (*ipath, "state", var)
             ex.ops.append(Op(f"{name}.{var}", "identity", (update_ref,), {}, where,
-                             colocate_with=update_ref, group=name))
+                             colocate_with=update_ref, group=name, scope=export_scope))
         for var in update:
             if var not in state:
                 ex.diagnostics.append(ex.doc.diagnostic(
@@ -82,11 +86,13 @@ class Iterate:
             ref = inner(str(target))
             metrics.append((metric, ref))
             ex.ops.append(Op(f"{name}.{metric}", "series", (ref,), {"steps": steps},
-                             (*ipath, "metrics", metric), colocate_with=ref, group=name))
+                             (*ipath, "metrics", metric), colocate_with=ref, group=name, scope=export_scope))
         body_names = tuple(op.name for op in ex.ops[first:] if op.name.startswith(step_prefix))
         evaluation = expand_evaluation(ex, spec, ipath, name, chain, subs, resolve, steps)
+        children = tuple(lp.name for lp in ex.loops[made:] if lp.parent == name)
         ex.loops.append(Loop(name, steps, int(spec.get("window", 50)), tuple(state_vars), body_names, tuple(metrics),
-                             ipath, checkpoint_of(spec), evaluation, stopping_of(spec), batches))
+                             ipath, checkpoint_of(spec), evaluation, stopping_of(spec), batches, parent=own.loop,
+                             children=children, scope=own))
 
     def local_names(self, ex: Expander, item: Mapping[str, Any]) -> set[str]:
         body = item.get("iterate") or {}

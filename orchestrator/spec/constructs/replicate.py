@@ -50,7 +50,7 @@ class Replicate:
             source = resolve(str(x))
             ex.ops.append(Op(split_name, "split", (source,), {"num": len(devices), "axis": axis},
                              (*rpath, "split", x), device_chain=chain, colocate_with=source,
-                             group=name, outputs=len(devices)))
+                             group=name, outputs=len(devices), scope=ex.scope))
             splits.append(split_name)
             for i, subs in enumerate(subs_per_copy):
                 subs[str(x)] = OpRef(split_name, i)
@@ -62,14 +62,16 @@ class Replicate:
             copy_prefix = f"{name}/{i}/"
             inner = ex.scoped(copy_prefix, local, subs_per_copy[i], resolve)
             copy_body = body
-            if per_copy:
-                for param in numbers:
-                    ex.ops.append(Op(copy_prefix + param, "constant", (), {"value": per_copy[i][param]},
-                                     (*rpath, "values", param), device_chain=chain + (req,), group=name))
-                copy_body = substitute_copy(body, per_copy[i])
-                if copy_body != body:
-                    ex.copy_bodies.append(((*rpath, "body"), i, copy_body))
-            ex.items(copy_body, (*rpath, "body"), copy_prefix, chain + (req,), inner, name)
+            with ex.within(indices=(*ex.scope.indices, i)):
+                if per_copy:
+                    for param in numbers:
+                        ex.ops.append(Op(copy_prefix + param, "constant", (), {"value": per_copy[i][param]},
+                                         (*rpath, "values", param), device_chain=chain + (req,), group=name,
+                                         scope=ex.scope))
+                    copy_body = substitute_copy(body, per_copy[i])
+                    if copy_body != body:
+                        ex.copy_bodies.append(((*rpath, "body"), i, copy_body))
+                ex.items(copy_body, (*rpath, "body"), copy_prefix, chain + (req,), inner, name)
         combine_chain = chain
         if "combine_device" in spec:
             combine = ex.device(spec["combine_device"], (*rpath, "combine_device"),
@@ -85,7 +87,7 @@ class Replicate:
             elif how == "mean":  # whose pieces' rows weigh the copies (validation knows their lengths)
                 params = {"split": list(splits)}
             ex.ops.append(Op(f"{name}.{out}", COMBINE_KIND[how], refs, params, (*rpath, "combine", out),
-                             device_chain=combine_chain, group=name))
+                             device_chain=combine_chain, group=name, scope=ex.scope))
 
     @staticmethod
     def per_copy(ex: Expander, spec: Mapping[str, Any], rpath: YamlPath, name: str, copies: int) -> list[dict[str, Any]]:

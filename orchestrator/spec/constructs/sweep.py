@@ -22,13 +22,18 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from ...errors import YamlPath
-from ..records import Op, OpRef
+from ..records import Op, OpRef, Scope
 from ..searches import Search, SweepCopy, Table
 from .base import Chain, Expander, Resolver
 from .halving import read_halving
 from .space import MAX_COPIES, SpaceReader, copy_id, substitute_copy
 
 COMBINE_KIND = {"add_n": "add_n", "mean": "mean_n", "concat": "concat"}
+
+
+def gathering(ex: Expander, name: str) -> Scope:
+    """The scope of sweep ``name``'s ops that read every copy (select, pick, gather, combine, table)."""
+    return replace(ex.scope, sweep=name, copy=None, part="gathering")
 
 
 def is_number(value: Any) -> bool:
@@ -60,15 +65,19 @@ class Sweep:
         for i, values in enumerate(copies):
             copy_prefix = f"{name}/{i}/"
             copy_chain = chain + ((devices[i % len(devices)],) if devices else ())
+            copy_scope = replace(ex.scope, sweep=name, copy=i, indices=(*ex.scope.indices, i),
+                                 copies=(*ex.scope.copies, (name, i)))
             for param in numbers:
                 ex.ops.append(Op(copy_prefix + param, "constant", (), {"value": values[param]},
-                                 self.value_path(spec, spath, i, param), device_chain=copy_chain, group=name))
+                                 self.value_path(spec, spath, i, param), device_chain=copy_chain, group=name,
+                                 scope=replace(copy_scope, part="value")))
             copy_body = substitute_copy(body, values)
             if copy_body != body:  # the schema sees each copy's values where ${copy.NAME} stood
                 ex.copy_bodies.append(((*spath, "body"), i, copy_body))
             made = len(ex.loops)
-            ex.items(copy_body, (*spath, "body"), copy_prefix, copy_chain, ex.scoped(copy_prefix, local, {}, resolve),
-                     name)
+            with ex.within(sweep=name, copy=i, indices=copy_scope.indices, copies=copy_scope.copies, part="body"):
+                ex.items(copy_body, (*spath, "body"), copy_prefix, copy_chain,
+                         ex.scoped(copy_prefix, local, {}, resolve), name)
             if halving is not None:  # the copy's loop's windows end at the rungs, where the driver decides
                 ex.loops[made:] = [replace(lp, rungs=halving.rungs) if lp.name == copy_prefix + halving.loop else lp
                                    for lp in ex.loops[made:]]
@@ -124,12 +133,12 @@ class Sweep:
         values = [c[numbers[0]] for c in copies] if one else list(range(n))
         metrics = tuple(OpRef(f"{name}/{i}/{metric}") for i in range(n))
         ex.ops.append(Op(f"{name}.best", "select", metrics, {"mode": mode, "values": values}, sel_path,
-                         device_chain=chain, group=name))
+                         device_chain=chain, group=name, scope=gathering(ex, name)))
         taken = set(spec.get("gather") or {}) | set(spec.get("combine") or {})  # those names are theirs
         for local_name in sorted(local - taken):
             picks = tuple(OpRef(f"{name}/{i}/{local_name}") for i in range(n))
             ex.ops.append(Op(f"{name}.{local_name}", "pick", metrics + picks, {"mode": mode, "n": n},
-                             sel_path, device_chain=chain, group=name))
+                             sel_path, device_chain=chain, group=name, scope=gathering(ex, name)))
             ex.pick_candidates.add(f"{name}.{local_name}")
 
     @staticmethod
@@ -139,7 +148,7 @@ class Sweep:
             where = (*spath, "gather", out)
             if ex.body_defines(local, str(of), where, "gather", name):
                 ex.ops.append(Op(f"{name}.{out}", "stack", tuple(OpRef(f"{name}/{i}/{of}") for i in range(n)),
-                                 {"axis": 0}, where, device_chain=chain, group=name))
+                                 {"axis": 0}, where, device_chain=chain, group=name, scope=gathering(ex, name)))
 
     @staticmethod
     def combine(ex: Expander, spec: Mapping[str, Any], spath: YamlPath, name: str, chain: Chain,
@@ -160,7 +169,8 @@ class Sweep:
                         f"numbers of the copies: {', '.join(numbers) or 'none'}"))
                     continue
                 params = {"weights": [c[str(by)] for c in copies] if by is not None else [1] * len(copies)}
-            ex.ops.append(Op(f"{name}.{out}", kind, refs, params, where, device_chain=chain, group=name))
+            ex.ops.append(Op(f"{name}.{out}", kind, refs, params, where, device_chain=chain, group=name,
+                             scope=gathering(ex, name)))
 
     @staticmethod
     def table(ex: Expander, spec: Mapping[str, Any], spath: YamlPath, name: str, local: set[str], n: int,
@@ -173,7 +183,7 @@ class Sweep:
         if all(known):  # every copy's metrics, copy by copy: the run reads them as rows
             refs = tuple(OpRef(f"{name}/{i}/{m}") for i in range(n) for m in metrics)
             ex.ops.append(Op(f"{name}.table", "stack", refs, {"axis": 0}, (*spath, "table", "metrics"),
-                             device_chain=chain, group=name))
+                             device_chain=chain, group=name, scope=gathering(ex, name)))
         return Table(str(table["path"]), tuple(metrics), (*spath, "table"))
 
     def local_names(self, ex: Expander, item: Mapping[str, Any]) -> set[str]:

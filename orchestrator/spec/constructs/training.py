@@ -12,6 +12,7 @@ values. Checks that need shapes (rows, batch sizes) come later, in
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Mapping
 
 from ...errors import YamlPath
@@ -71,7 +72,7 @@ def expand_batches(ex: Expander, spec: Mapping[str, Any], ipath: YamlPath, step_
         ref = resolve(str(source))
         name = step_prefix + str(local)
         ex.ops.append(Op(name, "minibatch", (ref,), dict(params), (*ipath, "batches", "data", local),
-                         device_chain=chain, group=group))
+                         device_chain=chain, group=group, scope=ex.scope))
         data.append((name, ref))
     epochs = block.get("epochs")
     return Batches(tuple(data), params["size"], None if epochs is None else int(epochs), params["shuffle"],
@@ -88,11 +89,13 @@ def expand_evaluation(ex: Expander, spec: Mapping[str, Any], ipath: YamlPath, na
     first = len(ex.ops)
     body = block["body"]
     inner = ex.scoped(prefix, ex.local_names(body), subs, resolve)
-    ex.items(body, (*ipath, "evaluate", "body"), prefix, chain, inner, f"{name}/eval")
+    with ex.within(loop=name, role="evaluation"):
+        ex.items(body, (*ipath, "evaluate", "body"), prefix, chain, inner, f"{name}/eval")
+    export = replace(ex.scope, loop=name, role="export")
     metrics = tuple((str(metric), inner(str(target))) for metric, target in dict(block["metrics"]).items())
     every, epochs = every_of(block)
     for metric, ref in metrics:
         ex.ops.append(Op(f"{name}.{metric}", "evaluations", (ref,), {"every": every, "steps": steps},
-                         (*ipath, "evaluate", "metrics", metric), colocate_with=ref, group=name))
+                         (*ipath, "evaluate", "metrics", metric), colocate_with=ref, group=name, scope=export))
     names = tuple(op.name for op in ex.ops[first:] if op.name.startswith(prefix))
     return Evaluation(every, names, metrics, epochs)

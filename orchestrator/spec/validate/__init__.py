@@ -12,8 +12,7 @@ has its module:
 * :mod:`.outputs`: files the run writes (checkpoint folders too);
 * :mod:`.checkpoints`: what a checkpoint's ``best_only`` watches;
 * :mod:`.names`: keys that must be text, and one report per mistake;
-* :mod:`.numbers`: settings that are finite numbers (``.nan`` and ``.inf`` only as data);
-* :mod:`.scopes`: the tree the constructs made, written onto the ops and loops (read once, here).
+* :mod:`.numbers`: settings that are finite numbers (``.nan`` and ``.inf`` only as data).
 
 Order of checks: cluster (sizes, GPUs), placement (default, rules), graph
 expansion (constructs), then on the flat graph: op types and parameters,
@@ -50,7 +49,6 @@ from .training import settle_loops
 from .names import check_name_keys, once_per_copy
 from .numbers import check_finite_settings
 from .outputs import check_outputs
-from .scopes import assign_scopes
 from .schema import check_copy_items, check_schema, schema, schema_text
 from .topology import build_cluster, build_placement, scheduler_problem
 
@@ -120,7 +118,6 @@ def _validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
     diags = sorted(once_per_copy(c.diags), key=lambda d: (d.severity != "error", d.line, d.column))
     if any(d.is_error for d in diags):
         return None, diags
-    order, loops = assign_scopes(order, loops, expansion.searches)
     spec = Spec(doc, str(data.get("name") or os.path.splitext(os.path.basename(doc.file))[0]), cluster, placement,
                 tuple(order), values, outputs, tuple(loops), run, bool(data.get("cache", False)),
                 expansion.cache_scopes, sweeps=expansion.searches)
