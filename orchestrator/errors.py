@@ -17,6 +17,7 @@ The exception tree::
           ├── OpTimeoutError       an op exceeded its ``timeout``
           ├── DeviceOutOfMemory    an allocation exceeded a device's memory limit
           ├── NoWorkerError        no worker offers the device an op is pinned to
+          ├── DeviceLost           a device's worker was lost during the run (without retries)
           └── PlacementMismatch    an op ran somewhere other than its plan said
 """
 
@@ -111,6 +112,14 @@ class UsageError(OrchestratorError):
 
 class RunError(OrchestratorError):
     """The run failed after it started."""
+
+
+class DeviceLost(RunError):
+    """A device's worker was lost during the run (its process died, or its machine), and the run cannot go on."""
+
+    def __init__(self, device: str, text: str):
+        self.device = device
+        super().__init__(text)
 
 
 class OpFailedError(RunError):

@@ -37,7 +37,7 @@ by its loop and device, ``train@worker/0/GPU:1-<token>-L0w100``) or, for
 graphs of many ops, by op kind.
 """
 
-from .builder import GraphBuilder
+from .builder import GraphBuilder, copy_sweeps
 from .gang import compile_gang_prep, compile_gang_window
 from .loops import LoopState, after_window, compile_fetch, compile_window, loop_start, lookup_value
 from .options import CompileOptions
@@ -45,4 +45,4 @@ from .graph import compile_plan, stage_partitions
 
 __all__ = ["CompileOptions", "GraphBuilder", "LoopState", "after_window", "compile_fetch",
            "compile_gang_prep", "compile_gang_window", "compile_plan", "compile_window", "loop_start",
-           "lookup_value", "stage_partitions"]
+           "copy_sweeps", "lookup_value", "stage_partitions"]

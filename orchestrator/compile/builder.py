@@ -39,18 +39,29 @@ from ..runtime import token as control_token
 def copy_roles(plan: Plan) -> Mapping[str, str]:
     """Op -> ``copy`` (an op of a sweep's copy, outside its loops: it fails alone) or ``gather`` (the sweep's
     select, pick, gather, combine and table: they read failed copies). Worked out once per plan."""
-    roles: dict[str, str] | None = plan.__dict__.get("_copy_roles")
-    if roles is None:
-        roles = {}
+    return _roles(plan)[0]
+
+
+def copy_sweeps(plan: Plan) -> Mapping[str, str]:
+    """Op of a sweep's copy (outside its loops, as :func:`copy_roles` says ``copy``) -> the sweep's name."""
+    return _roles(plan)[1]
+
+
+def _roles(plan: Plan) -> tuple[dict[str, str], dict[str, str]]:
+    found: tuple[dict[str, str], dict[str, str]] | None = plan.__dict__.get("_copy_roles")
+    if found is None:
+        roles: dict[str, str] = {}
+        sweeps: dict[str, str] = {}
         in_loops = {name for loop in plan.spec.loops for name in loop.body}
         for search in plan.spec.sweeps:
             for op in plan.spec.ops:
                 if op.name.startswith(search.name + "/") and op.name not in in_loops:
                     roles[op.name] = "copy"
+                    sweeps[op.name] = search.name
                 elif op.name.startswith(search.name + ".") and op.group == search.name:
                     roles[op.name] = "gather"
-        plan.__dict__["_copy_roles"] = roles
-    return roles
+        found = plan.__dict__["_copy_roles"] = (roles, sweeps)
+    return found
 
 
 def thread_slots(plan: Plan) -> tuple[dict[str, float], dict[str, int]]:
@@ -106,6 +117,8 @@ class GraphBuilder:
         self.owner: dict[str, str] = {}
         self.partition_ops: dict[str, tuple[str, ...]] = {}  # partition key -> its ops (errors name them)
         self.last_key = ""  # the key of the last partition added
+        self.step: tuple[int, int] | None = None  # the loop step(s) the tasks added now run (CompiledGraph.steps)
+        self.steps: dict[str, tuple[int, int]] = {}
         self.moves: dict[tuple[str, str], str] = dict(known_moves or {})
         self.new_moves: dict[tuple[str, str], str] = {}
         self.crossings: set[tuple[str, str]] = set()  # (source key, device): every value sent somewhere
@@ -129,6 +142,8 @@ class GraphBuilder:
             self.resources[key] = resources
         self.retries[key] = n_retries
         self.owner[key] = op
+        if self.step is not None:
+            self.steps[key] = self.step
 
     def item(self, base: Located, ref: OpRef, suffix: str = "") -> Located:
         """Output ``ref.output`` of a multi-output op: read in place by readers on its device."""
@@ -292,7 +307,7 @@ class GraphBuilder:
         graph = HighLevelGraph({name: layer}, {name: set()})
         return CompiledGraph(graph, self.tasks, dict(values), dict(output_keys), self.resources, self.retries,
                              self.owner, self.token, dict(self.new_moves), sink_keys, len(self.crossings),
-                             dict(self.partition_ops))
+                             dict(self.partition_ops), steps=dict(self.steps))
 
 
 def op_readers(plan: Plan) -> dict[tuple[str, str], int]:

@@ -29,7 +29,7 @@ schedules, retries and recovers on its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dask.task_spec import Task, TaskRef
@@ -242,6 +242,7 @@ def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, op
     opening = start == 0 if first is None else first
     builder = GraphBuilder(plan, options.token, options.base_dir, suffix=suffix, out_dir=options.out_dir,
                            task_names=options.task_names)
+    builder.step = (offset + start, offset + last - 1)
     shape = _shape(plan, loop)
     sends = _sends(plan, shape)
     urgent = _urgent(plan, loop, shape)
@@ -276,6 +277,6 @@ def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, op
         here = [(name, ref) for name, ref in loop.metrics if shape.device_of[ref.op] == d]
         for position, (name, ref) in enumerate(here, start=len(owned)):
             metric_keys[name] = builder.materialize(Located(keys[d], device, position), ref).key
-    compiled = builder.build({}, {})
+    compiled = replace(builder.build({}, {}), gang=tuple(keys.values()))
     return CompiledWindow(compiled, carried, (tuple(metric_keys[name] for name, _ in loop.metrics),),
                           tuple(keys.values()), {}, last, metrics_stacked=True, devices=keys)

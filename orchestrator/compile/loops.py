@@ -73,6 +73,7 @@ def compile_window(plan: Plan, loop: Loop, start: int, state: LoopState, options
     last = min(loop.steps, start + loop.window) if stop is None else stop
     for step in range(offset + start, offset + last):
         suffix = f"-{options.token}-{step}"
+        builder.step = (step, step)
         values: dict[str, Located] = {}
         done: dict[str, Located] = {}
 

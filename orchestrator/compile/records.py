@@ -41,6 +41,10 @@ class CompiledGraph:
     transfers: int = 0  # values sent to another device (through a move task or as a direct dependency)
     partition_ops: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # partition key -> its ops
     done: Mapping[str, str] = field(default_factory=dict)  # op -> the key of the task that completes it
+    # key -> (first, last) loop step its task runs (a task of a loop's step, or a device's part of a window):
+    # a lost worker is said at the steps it was running
+    steps: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    gang: tuple[str, ...] = ()  # the parts of a gang window: they run together, never one again alone
 
 
 @dataclass(frozen=True)

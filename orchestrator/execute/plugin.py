@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import secrets
 from concurrent.futures import Future
 from typing import Any, Mapping, Sequence
@@ -61,6 +62,10 @@ class DeviceRuntimePlugin(WorkerPlugin):
                 device_runtime.mailbox.put(message["items"])
 
         worker.handlers[EXCHANGE_HANDLER] = receive
+        # who this worker is, from itself: the client names a lost worker by it, a restarted one too (the
+        # scheduler's events name workers by address only)
+        worker.log_event(runtime.DEVICE_TOPIC, {"device": config.name, "address": str(worker.address),
+                                                "pid": os.getpid(), "created": device_runtime.created})
 
     def teardown(self, worker: Any) -> None:
         # Streams to other devices stay open between windows; a worker that closes with them open
@@ -71,6 +76,25 @@ class DeviceRuntimePlugin(WorkerPlugin):
         device_runtime = getattr(worker, runtime.RUNTIME_ATTRIBUTE, None)
         if device_runtime is not None:
             device_runtime.links.close()
+
+
+class LostCopies(WorkerPlugin):
+    """Which ops of a run's sweep copies fail when Dask runs them again: those a lost worker was running.
+
+    Registered with the scheduler, so that a worker that joins later (the lost one, restarted) has it before
+    it runs any task; the run unregisters it when it ends (``teardown`` forgets the run's ops).
+    """
+
+    idempotent = False
+
+    def __init__(self, run: str, ops: Mapping[str, str]):
+        self.run, self.ops = run, dict(ops)
+
+    def setup(self, worker: Any) -> None:
+        runtime.mark_lost(self.run, self.ops)
+
+    def teardown(self, worker: Any) -> None:
+        runtime.mark_lost(self.run, None)
 
 
 def open_device_links(client: Any, devices: Sequence[str]) -> bool:

@@ -121,6 +121,35 @@ class TransferRecord:
 
 
 @dataclass(frozen=True)
+class DeviceLoss:
+    """A device's worker lost during a run (its process died or was killed, its machine or network went):
+    when, what it was running, and what the run did about it (``execute.losses``)."""
+
+    device: str
+    seconds: float  # into the run (the client's clock, when the scheduler's removal reached it)
+    running: tuple[str, ...]  # the ops it was running (a sweep's copies: those that had started)
+    waiting: int = 0  # tasks it held that had not started (a copy waiting for a slot): Dask runs them again
+    values: int = 0  # finished values that lived only there: Dask computes them again
+    loop: str = ""  # the loop whose steps it was running
+    steps: tuple[int, int] | None = None  # (first, last) of those steps
+    outcome: str = ""  # "failed the run", "restarted; redone", "copies failed"
+    pid: int | None = None  # its process
+
+    def at(self) -> str:
+        """``step 412 of loop 'train'`` (or steps 400-499), or nothing outside loops."""
+        if self.steps is None:
+            return ""
+        first, last = self.steps
+        return f"{'step ' + str(first) if first == last else f'steps {first}-{last}'} of loop '{self.loop}'"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "seconds": self.seconds, "running": list(self.running),
+                "waiting": self.waiting, "values": self.values, "loop": self.loop,
+                "steps": list(self.steps) if self.steps is not None else None, "outcome": self.outcome,
+                "pid": self.pid}
+
+
+@dataclass(frozen=True)
 class RunTotals:
     ops: int
     tasks: int  # Dask tasks submitted
@@ -167,6 +196,7 @@ class RunReport:
     transport: str = ""  # how loop windows' values went between workers: "links" or "dask-comms"
     # sweep -> its params, each copy (id, values, device, wave, start, stop, status) and its devices' packing
     sweeps: Mapping[str, Any] = field(default_factory=dict)
+    losses: tuple[DeviceLoss, ...] = ()  # device workers lost during the run, and what the run did
 
     @property
     def placement(self) -> dict[str, dict[str, int]]:
@@ -188,7 +218,7 @@ class RunReport:
                 "unverified": list(self.unverified), "phases_seconds": dict(self.phases_seconds),
                 "granularity": self.granularity, "loops": dict(self.loops),
                 "loop_steps": dict(self.loop_steps), "transport": self.transport, "sweeps": dict(self.sweeps),
-                "transfers": [t.as_dict() for t in self.transfers],
+                "transfers": [t.as_dict() for t in self.transfers], "losses": [loss.as_dict() for loss in self.losses],
                 "params": [p.as_dict() for p in self.params]}
 
 

@@ -34,7 +34,7 @@ from ..atomic import write_text
 from ..runtime.backends import backend_entry
 from ..compile import CompileOptions, compile_plan
 from ..devices import DeviceSpec
-from ..errors import NoWorkerError, OrchestratorError, RunError
+from ..errors import OrchestratorError, RunError
 from ..compile.dask_keys import choose_task_names
 from ..compile.records import CompiledGraph
 from ..plan.records import Plan
@@ -52,6 +52,8 @@ from .outputs import MetricFiles, OnWorkers, commit_run, refuse_overwrites
 from .searches import fatal_sweeps, with_sweeps
 from .accounting import device_records, op_records, verify
 from .watch import SchedulerWatch, tell_workers
+from .losses import LossWatch, Losses
+from .waiting import Waiter, dask_error
 from .steps import step_pictures
 
 Echo = Callable[[str], None]
@@ -74,6 +76,10 @@ class Runner:
         self.phases: dict[str, float] = {}  # seconds per phase of the run, for the report
         self.client: Any = None
         self.partition_ops: dict[str, tuple[str, ...]] = {}  # partition and window keys -> their ops
+        self.key_steps: dict[str, tuple[int, int]] = {}  # a loop's keys -> the steps their tasks run
+        self.gang_keys: set[str] = set()  # the parts of gang windows: never run again alone
+        self.losses: Losses | None = None  # device workers lost during the run (execute.losses)
+        self.waiter: Waiter | None = None
         self.loop_modes: dict[str, str] = {}
         self.loop_outcomes: dict[str, dict[str, Any]] = {}  # loop -> resumed_from_step, stopped_at_step, stop_reason
         self.saves_settled = False  # checkpoints of this run committed (or there is nothing left to discard)
@@ -105,15 +111,13 @@ class Runner:
 
         refuse_overwrites(self.spec, self.output_dir, self.base_dir, self.flag_writes())
         retries = max([op.retries for op in self.spec.ops] + [self.spec.run.retries])
-        # Missing devices are caught before submission (wait_for_devices); this timeout is for a
-        # worker lost mid-run. With retries, give its nanny time to bring it back under its name.
-        no_workers = self.spec.run.no_workers_timeout if retries == 0 else max(self.spec.run.no_workers_timeout, 60.0)
-        with dask_settings(scheduler_config(no_workers, retries)):
+        with dask_settings(scheduler_config(self.no_workers_timeout(retries), retries)):
             requested = self.settings.gpu_backend or self.spec.cluster.gpu_backend
             with self.phase("connect"):
                 cluster, client = connect(self.plan, self.settings, self.base_dir)
             self.client = client
             try:
+                self.watch_losses(retries)
                 self.backend, self.backend_why = choose_backend(self.plan, requested, cuda_counter(cluster, client))
                 link = client.dashboard_link if "dashboard" in client.scheduler_info().get("services", {}) else None
                 self.echo(f"running '{self.spec.name}' on {'an embedded' if cluster else 'a remote'} Dask cluster "
@@ -143,6 +147,8 @@ class Runner:
                             raise watch.error() from None
                         raise
             finally:
+                if self.losses is not None:
+                    self.losses.close()
                 if self.cache is not None:  # what finished is written even when the run failed (for --resume)
                     self.cache.finish(self.saves_settled)
                 if not self.saves_settled:  # the run failed or was stopped: every existing file stays as it was
@@ -153,6 +159,18 @@ class Runner:
                 client.close()
                 if cluster is not None:
                     cluster.close()
+
+    def no_workers_timeout(self, retries: int) -> float:
+        """Missing devices are caught before submission (wait_for_devices); this timeout is for a worker lost
+        mid-run. With retries (or a sweep's copies run again after a loss), its nanny brings it back meanwhile."""
+        again = retries or any(s.allow_failures for s in self.spec.sweeps)
+        return max(self.spec.run.no_workers_timeout, 60.0) if again else self.spec.run.no_workers_timeout
+
+    def watch_losses(self, retries: int) -> None:
+        """From now on a lost device worker is seen (Dask's events) and decided when the run next waits."""
+        watch = LossWatch(self.client, [d.name for d in self.spec.cluster.devices])
+        self.losses = Losses(self.plan, self.token, retries, watch, self, self.echo)
+        self.waiter = Waiter(self.client, self.losses)
 
     def flag_writes(self) -> list[PathUse]:
         """The files the command's flags write (relative to the working directory, as the user typed them)."""
@@ -207,6 +225,8 @@ class Runner:
                 with self.phase("compute"):
                     values = self.gather(compiled.output_keys, futures, compiled.sink_keys)
         elapsed = time.time() - started
+        assert self.losses is not None
+        self.losses.tell(final=True)
         collecting = time.perf_counter()
         report = self._report(client.run(drain_records, run=self.token), started, elapsed)
         self.phases["collect records"] = time.perf_counter() - collecting
@@ -256,18 +276,23 @@ class Runner:
     def submit(self, compiled: CompiledGraph, keys: Sequence[str], progress: bool = False) -> dict[str, Any]:
         """Send a graph; return futures for ``keys`` and for its sinks (ops nothing reads)."""
         wanted = self.account(compiled, keys)
-        futures = self.client.get(compiled.graph, wanted, sync=False, optimize_graph=False)
+        asked = self.losses.asked(compiled, wanted) if self.losses is not None else wanted
+        futures = self.client.get(compiled.graph, asked, sync=False, optimize_graph=False)
         if progress and (self.settings.progress or (self.settings.progress is None and sys.stdout.isatty())):
             from distributed import progress as progress_bar
 
             progress_bar(futures)
             print()
+        if self.losses is not None:
+            self.losses.hold(dict(zip(asked, futures)))
         return dict(zip(wanted, futures))
 
     def account(self, compiled: CompiledGraph, keys: Sequence[str]) -> list[str]:
         """Remember who owns each key (errors name the op) and count the graph; the keys to wait for."""
         self.key_owner.update(compiled.key_owner)
         self.partition_ops.update(compiled.partition_ops)
+        self.key_steps.update(compiled.steps)
+        self.gang_keys.update(compiled.gang)
         self.task_count += len(compiled.tasks)
         self.move_count += compiled.transfers
         return list(dict.fromkeys([*keys, *compiled.sink_keys]))
@@ -275,10 +300,11 @@ class Runner:
     def gather(self, output_keys: Mapping[str, str], futures: Mapping[str, Any],
                sinks: Sequence[str] = ()) -> dict[str, Any]:
         """Fetch the output values; wait for the sinks; turn Dask's errors into ours naming the op."""
+        assert self.waiter is not None
         try:
-            # (no outputs: no gather, which would still cost a round trip)
-            results = self.client.gather([futures[k] for k in output_keys.values()]) if output_keys else []
-            self.wait_for([futures[k] for k in sinks if k in futures])
+            wanted = [futures[k] for k in output_keys.values()]
+            self.waiter.settle(wanted + [futures[k] for k in sinks if k in futures])
+            results = self.waiter.fetch(wanted)  # (no outputs: no gather, which would still cost a round trip)
         except OrchestratorError as exc:
             self.abort(exc)
             raise
@@ -295,25 +321,18 @@ class Runner:
         tell_workers(self.client, abort_run, run=self.token, why=f"the run failed: {str(error).splitlines()[0]}")
 
     def wait_for(self, futures: Sequence[Any]) -> None:
-        """Wait for futures whose values nobody fetches; raise the first error as it happens, naming its op.
-
-        The first error, not the first future's: a loop window's tasks wait for
-        each other's values, so when one device's worker dies the others wait
-        (for a value that will never come) until the run is aborted, which
-        waiting for every future in turn would never do.
-        """
-        from distributed import as_completed
-
-        if not futures:
-            return
-        for future in as_completed(futures):
-            if future.status != "finished":
-                try:
-                    future.result()
-                except OrchestratorError:
-                    raise
-                except Exception as exc:
-                    raise self.translate(exc) from None
+        """Wait for futures whose values nobody fetches; raise the first error as it happens, naming its op
+        (``execute.waiting``: the first error, not the first future's, and awake to lost workers)."""
+        assert self.waiter is not None
+        try:
+            self.waiter.settle(futures)
+        except OrchestratorError as exc:
+            self.abort(exc)  # the others' tasks waiting for a lost device's values stop waiting
+            raise
+        except Exception as exc:
+            error = self.translate(exc)
+            self.abort(error)
+            raise error from None
 
     def scatter(self, value: Any, device: DeviceSpec) -> Any:
         workers = [device.to_string()] if device.device_index != "*" else None
@@ -326,23 +345,7 @@ class Runner:
             self.progress_line.show(loop, done, steps, note)
 
     def translate(self, exc: Exception) -> RunError:
-        text = f"{type(exc).__name__}: {exc}"
-        # the longest key named: under kind naming one op's key can be the start of another's
-        key = max((k for k in self.key_owner if k in str(exc)), key=len, default=None)
-        op = self.key_owner.get(key or "", "?")
-        device = self.plan.placement(op).device_name if op != "?" else "?"
-        who = f"op '{op}'"
-        group = self.partition_ops.get(key or "", ())
-        if len(group) > 1:  # a partition's task: Dask's error cannot say which of its ops it was
-            shown = ", ".join(group[:4]) + (", ..." if len(group) > 4 else "")
-            who = f"op '{op}' (or another of its partition: {shown})"
-        if type(exc).__name__ == "NoValidWorkerError":
-            return NoWorkerError(f"{who} cannot run: no worker offers its device {device} "
-                                 f"(waited {self.spec.run.no_workers_timeout:g} s)")
-        if type(exc).__name__ == "KilledWorker":
-            return RunError(f"{who} on {device}: its worker died while running it more often than allowed "
-                            f"(set retries: N on the op)")
-        return RunError(f"{who} on {device} failed: {text}")
+        return dask_error(exc, self.plan, self)
 
     # ------------------------------------------------------------------ after the run
 
@@ -373,7 +376,7 @@ class Runner:
                                 for name, mode in self.loop_modes.items()},
                          transfers=tuple(sorted(transfers, key=lambda t: t.start)), params=self.spec.params,
                          loop_steps=step_pictures(worker.get("samples", {}) for worker in drained.values()),
-                         transport=self._transport())
+                         transport=self._transport(), losses=tuple(self.losses.decided) if self.losses else ())
 
     def _transport(self) -> str:
         if not any(mode.startswith("gang") for mode in self.loop_modes.values()):

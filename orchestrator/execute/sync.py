@@ -74,8 +74,8 @@ from ..compile.records import CompiledGraph
 from ..plan.records import Plan
 from .records import RunResult, RunSettings
 from ..spec.records import Loop
-from ..runtime import (RUNTIME_ATTRIBUTE, Runtime, bind, device_resource, discard_saves, drain_records,
-                     task_resource)
+from ..runtime import (LOG_TOPIC, RUNTIME_ATTRIBUTE, Runtime, bind, device_resource, discard_saves, drain_records,
+                       task_resource)
 from .cluster import device_configs
 from .loops import StagedRun
 from .outputs import refuse_overwrites
@@ -93,7 +93,8 @@ class InProcessDevice:
         self.transfer_incoming_log: collections.deque[dict[str, Any]] = collections.deque(maxlen=100_000)
 
     def log_event(self, topic: str, message: Any) -> None:
-        self.echo(str(message))  # a worker sends the placement log to the client; here the client is this process
+        if topic == LOG_TOPIC:  # a worker sends the placement log to the client; here the client is this process
+            self.echo(str(message))
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,10 @@ from .links import Address, Links
 from .usercode import WORKING_DIRECTORY, describe, user_origin
 
 LOG_TOPIC = "orchestrator-log"
+# Dask events a worker sends the client: its device and process when it joins (a restarted worker too), and the
+# start of each op of a sweep's copy (which copies a lost worker was running: execute.losses)
+DEVICE_TOPIC = "orchestrator-device"
+COPY_TOPIC = "orchestrator-copy-started"
 RUNTIME_ATTRIBUTE = "orchestrator_runtime"
 MAX_SAMPLES = 64  # sampled step timelines kept per loop and device in one run
 
@@ -163,6 +167,18 @@ class Runtime:
 
 
 _get_worker: Callable[[], Any] | None = None
+# run -> {op of a sweep's copy: why it fails}: the copies a lost worker was running, which fail when Dask runs their
+# tasks again instead of running twice (execute.losses decides; execute.plugin.LostCopies tells every worker, and
+# every worker that joins later). Per process, not per Runtime: it may arrive before the device's runtime does.
+_LOST: dict[str, dict[str, str]] = {}
+
+
+def mark_lost(run: str, ops: Mapping[str, str] | None) -> None:
+    """The ops of ``run``'s copies that fail when they run again (None: the run is over, forget them)."""
+    if ops is None:
+        _LOST.pop(run, None)
+    else:
+        _LOST[run] = dict(ops)
 
 
 def bind(get_worker: Callable[[], Any] | None) -> Callable[[], Any] | None:
@@ -246,6 +262,8 @@ def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], s
     at = task.step if step is None else step
     start = time.time()
     failed = next((x for x in raw if isinstance(x, CopyFailed)), None)
+    if failed is None and task.copies == "copy":
+        failed = _copy_starts(task, runtime, worker)
     if failed is not None and task.copies != "gather":
         return _after_failed(task, runtime, failed, start)
     try:
@@ -270,6 +288,16 @@ def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], s
     if task.log and log:
         worker.log_event(LOG_TOPIC, f"Executing op {_tf_name(task.kind)} ({task.name}) in device {worker.name}")
     return value
+
+
+def _copy_starts(task: OpTask, runtime: Runtime, worker: Any) -> CopyFailed | None:
+    """An op of a sweep's copy starts: said to the client (a worker lost now was running this copy); or, when
+    the copy was running on a worker that was lost, the failure it is instead of running again."""
+    why = _LOST.get(task.run, {}).get(task.name)
+    if why is not None:
+        return CopyFailed(task.name, runtime.config.name, why)
+    worker.log_event(COPY_TOPIC, [task.run, task.name])
+    return None
 
 
 def _after_failed(task: OpTask, runtime: Runtime, failed: CopyFailed, start: float) -> Any:
