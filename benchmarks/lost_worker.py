@@ -45,10 +45,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 GOAL_SECONDS = 10.0
-EXAMPLES = {  # case -> (spec, its functions, settings that keep the loop going, its first window's metric CSV)
-    "polyfit": ("polyfit.yaml", "polyfit_fns.py", ["--set", "steps=1000000"], "results/polyfit_loss.csv"),
+# case -> (spec, its functions, settings that keep the loop going, the live metric file its first window makes)
+EXAMPLES = {
+    "polyfit": ("polyfit.yaml", "polyfit_fns.py", ["--set", "steps=1000000"],
+                "results/.polyfit_loss.csv.running"),
     "train": ("train.yaml", "train_fns.py", ["--set", "epochs=100000", "--set", "patience=100000"],
-              "results/train_loss.csv"),
+              "results/.train_loss.csv.running"),
 }
 
 

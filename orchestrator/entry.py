@@ -3,10 +3,14 @@
 Importing the CLI imports Dask, NumPy and the stages: a second, several on a
 loaded machine. A Ctrl-C (SIGINT to the whole process group, from a terminal)
 or a SIGTERM in that second once printed Python's traceback of whatever
-import was under way. So this module, which imports nothing heavy, installs
-the handlers first and only then imports the CLI; a stop signal at any point
-prints one line and exits 130 (SIGINT) or 143 (SIGTERM), as ``run_cli`` does
-for a signal that arrives later.
+import was under way. So this module imports only what the interpreter has
+already loaded at startup (``os``, ``signal``, ``sys``), and :func:`main`
+installs its handlers before it imports anything: while the CLI is being
+imported nothing has started (no cluster, no file), so a stop signal then
+prints one line and leaves at once with 130 (SIGINT) or 143 (SIGTERM). Once
+the CLI is imported the handlers unwind instead, as ``run_cli`` expects, and
+it says the same line for a signal that arrives later. What is left is the
+interpreter's own startup, a few milliseconds before ``main`` runs.
 
 Once the command is done (its cluster closed, its files written) the process
 leaves at once (:func:`_leave`): the exit hooks run, the output is flushed,
@@ -17,21 +21,27 @@ the system reclaims anyway.
 
 from __future__ import annotations
 
-import atexit
-import logging
 import os
 import signal
 import sys
-import threading
 from typing import Any, NoReturn
-
-from .errors import Terminated
 
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
 
 
+def _leave_at_once(signum: int, frame: Any) -> None:
+    """A stop signal while the CLI is imported: nothing to unwind yet, so one line and out."""
+    sys.stderr.write("terminated\n" if signum == signal.SIGTERM else "interrupted\n")
+    sys.stderr.flush()
+    os._exit(EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED)
+
+
 def _stop(signum: int, frame: Any) -> None:
     """A stop signal: quiet the libraries' own complaints about interrupted work, then unwind."""
+    import logging
+
+    from .errors import Terminated
+
     # Stopping a run leaves Dask's pending client calls to fail as the client closes; their
     # tracebacks ("Task exception was never retrieved") would bury the one line that matters.
     for name in ("asyncio", "distributed", "tornado"):
@@ -43,16 +53,13 @@ def _stop(signum: int, frame: Any) -> None:
 
 def main() -> None:
     """``orchestrate``: stop signals handled, then the CLI's exit code."""
+    signal.signal(signal.SIGINT, _leave_at_once)
+    signal.signal(signal.SIGTERM, _leave_at_once)
+    from .cli import run_cli
+    from .errors import Terminated  # noqa: F401  (imported now: _stop must not import while a signal lands)
+
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
-    try:
-        from .cli import run_cli
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        sys.exit(EXIT_INTERRUPTED)
-    except Terminated:
-        sys.stderr.write("terminated\n")
-        sys.exit(EXIT_TERMINATED)
     _leave(run_cli())
 
 
@@ -66,6 +73,9 @@ def _leave(code: int) -> NoReturn:
     ends. A stop signal now ends it at once, without a word: there is nothing
     left to unwind (and a thread that never ends must not make it unstoppable).
     """
+    import atexit
+    import threading
+
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     shutdown = getattr(threading, "_shutdown", None)  # what the interpreter calls first as it finalizes

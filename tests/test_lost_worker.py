@@ -274,7 +274,7 @@ def test_a_worker_of_polyfit_killed_mid_loop_ends_the_run_in_one_line(tmp_path: 
     out = tmp_path / "out"
     run = LiveRun([str(spec), "--set", "steps=1000000", "--output-dir", str(out)], tmp_path)
     pid = run.worker_pid(device)
-    run.wait_for((out / "results" / "polyfit_loss.csv").exists, "the loop's first window")
+    run.wait_for((out / "results" / ".polyfit_loss.csv.running").exists, "the loop's first window")
     time.sleep(1.0)  # mid-loop, wherever the windows are
     code, took = run.finish(run.kill_worker(pid))
     line = assert_one_line_error(run, code, took, device)
@@ -287,7 +287,7 @@ def test_a_worker_of_train_killed_mid_loop_ends_the_run_in_one_line(tmp_path: Pa
     run = LiveRun([str(spec), "--set", "epochs=100000", "--set", "patience=100000", "--output-dir", str(out)],
                   tmp_path)
     pid = run.worker_pid(GPU0)
-    run.wait_for((out / "results" / "train_loss.csv").exists, "the loop's first window")
+    run.wait_for((out / "results" / ".train_loss.csv.running").exists, "the loop's first window")
     time.sleep(1.0)
     code, took = run.finish(run.kill_worker(pid))
     assert_one_line_error(run, code, took, GPU0)

@@ -286,7 +286,7 @@ class GraphBuilder:
             op.name, op.kind, params, len(op.inputs), self.token, step, op.input_keys,
             op.timeout if op.timeout is not None else self.default_timeout, self.log,
             self.base_dir if needs_dir else "", op.outputs, indices if indices.count(None) != len(indices) else (),
-            copy_roles(self.plan).get(op.name, ""))
+            copy_roles(self.plan).get(op.name, ""), op.scope.indices)
 
     def to_host(self, value: Located, ref: OpRef) -> str:
         value = self.materialize(value, ref)

@@ -36,9 +36,8 @@ class KernelContext(Protocol):
     base_dir: str  # the spec's directory: relative input paths and user modules are found there
     input_keys: tuple[str, ...] | None  # parameter names when the inputs were written as a mapping
     outputs: int  # how many values the op returns
+    stream: tuple[int, ...]  # the copy of each replicate and sweep around the op: each copy its own random stream
 
-    @property
-    def stream(self) -> tuple[int, ...]: ...  # the copy indices in the name: each copy its own random stream
     def to_host(self, value: Any) -> Any: ...
     def to_device(self, value: Any) -> Any: ...
     def user_function(self, fn: str) -> Callable[..., Any]: ...

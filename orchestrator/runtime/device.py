@@ -61,6 +61,7 @@ class OpTask:
     # "copy": an op of a sweep's copy (it fails alone: a CopyFailed goes on in its place); "gather": a
     # sweep's op that reads every copy (select, pick, gather, combine, table) and reads a CopyFailed
     copies: str = ""
+    stream: tuple[int, ...] = ()  # the copy of each replicate and sweep around the op: its random stream's key
 
     @staticmethod
     def from_values(*values: Any) -> OpTask:
@@ -72,7 +73,8 @@ class OpTask:
         # values without field names, the usually-default tail dropped, and no __init__ on the way back
         # (a tiny op's payload: 115 bytes instead of 324, and a few microseconds less at every hop).
         head = (self.name, self.kind, self.params, self.n_inputs, self.run, self.step)
-        tail = (self.input_keys, self.timeout, self.log, self.base_dir, self.outputs, self.input_index, self.copies)
+        tail = (self.input_keys, self.timeout, self.log, self.base_dir, self.outputs, self.input_index, self.copies,
+                self.stream)
         return _restore_op_task, (head if tail == _OP_TASK_DEFAULT_TAIL else head + tail,)
 
 
@@ -207,17 +209,13 @@ def _runtime(worker: Any = None) -> tuple[Any, Runtime]:
 class _Context:
     """The :class:`~orchestrator.ops.base.KernelContext` of one op running on this worker."""
 
-    __slots__ = ("runtime", "xp", "name", "device", "step", "base_dir", "input_keys", "outputs", "run")
+    __slots__ = ("runtime", "xp", "name", "device", "step", "base_dir", "input_keys", "outputs", "run", "stream")
 
     def __init__(self, runtime: Runtime, task: OpTask, step: int):
         self.runtime, self.xp = runtime, runtime.backend.xp
         self.name, self.device, self.step = task.name, runtime.config.name, step
         self.base_dir, self.input_keys, self.outputs = task.base_dir, task.input_keys, task.outputs
-        self.run = task.run
-
-    @property
-    def stream(self) -> tuple[int, ...]:
-        return tuple(int(part) for part in self.name.split("/") if part.isdigit())
+        self.run, self.stream = task.run, task.stream
 
     def to_host(self, value: Any) -> Any:
         return self.runtime.backend.to_host(value)
