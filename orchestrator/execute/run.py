@@ -38,7 +38,7 @@ from ..errors import NoWorkerError, OrchestratorError, RunError
 from ..compile.dask_keys import choose_task_names
 from ..compile.records import CompiledGraph
 from ..plan.records import Plan
-from .records import RunReport, RunResult, RunSettings, RunTotals, TransferRecord
+from .records import RunReport, RunResult, RunSettings, RunTotals, SearchOutcome, TransferRecord
 from ..paths import PathUse
 from ..perf import paused_gc
 from ..runtime import LOG_TOPIC, discard_saves, drain_records
@@ -51,8 +51,8 @@ from .loops import StagedRun
 from .outputs import MetricFiles, OnWorkers, commit_run, refuse_overwrites
 from .searches import fatal_sweeps, with_sweeps
 from .accounting import device_records, op_records, verify
-from .watch import SchedulerWatch, tell_workers
-from .steps import step_pictures
+from .watch import SchedulerWatch, tell_workers, wait_forever
+from .steps import loop_spans, step_pictures
 
 Echo = Callable[[str], None]
 
@@ -76,6 +76,7 @@ class Runner:
         self.partition_ops: dict[str, tuple[str, ...]] = {}  # partition and window keys -> their ops
         self.loop_modes: dict[str, str] = {}
         self.loop_outcomes: dict[str, dict[str, Any]] = {}  # loop -> resumed_from_step, stopped_at_step, stop_reason
+        self.search_outcomes: dict[str, SearchOutcome] = {}  # sweep -> its copies' loops: decisions, ends, curves
         self.saves_settled = False  # checkpoints of this run committed (or there is nothing left to discard)
         self.cache: CacheUse | None = None
         self.links = False  # loop windows' values go over direct links between workers (else Dask's comms)
@@ -149,7 +150,7 @@ class Runner:
                     tell_workers(client, discard_saves, run=self.token)
                 if self.settings.keep_alive and cluster is not None:
                     self.echo("cluster kept alive (--keep-alive); press Ctrl-C to stop it")
-                    _wait_forever()
+                    wait_forever()
                 client.close()
                 if cluster is not None:
                     cluster.close()
@@ -226,6 +227,7 @@ class Runner:
             finally:
                 self.loop_modes = dict(staged.modes)
                 self.loop_outcomes = dict(staged.outcomes)
+                self.search_outcomes = dict(staged.searches)
                 if staged.checkpoints is not None:  # those under way are written, also when the run stopped
                     staged.checkpoints.finish()
                 if staged.metric_files is not None:  # the live rows go: the outputs are committed with the others
@@ -243,7 +245,7 @@ class Runner:
                link: str | None) -> RunResult:
         """After a run: its outputs and the files its ops saved into place together (none where its sweep
         copies failed), then the report file."""
-        report, tables = with_sweeps(self.plan, report, values, self.loop_outcomes)
+        report, tables = with_sweeps(self.plan, report, values, self.loop_outcomes, self.search_outcomes)
         written = commit_run(self.spec, values, self.output_dir, self.echo, tables, on_workers, self.token,
                              self.settings.write_outputs, fatal_sweeps(report))
         self.saves_settled = True
@@ -293,6 +295,11 @@ class Runner:
         from ..runtime import abort_run
 
         tell_workers(self.client, abort_run, run=self.token, why=f"the run failed: {str(error).splitlines()[0]}")
+
+    def abort_loop(self, loop: int, why: str) -> None:
+        """Wake the tasks of loop ``loop`` (its index in the spec) waiting for values it will never send."""
+        from ..runtime import abort_loop
+        tell_workers(self.client, abort_loop, run=self.token, loop_index=loop, why=why)
 
     def wait_for(self, futures: Sequence[Any]) -> None:
         """Wait for futures whose values nobody fetches; raise the first error as it happens, naming its op.
@@ -369,7 +376,7 @@ class Runner:
                          (self.task_names, self.task_names_why), elapsed, checked,
                          device_records(self.plan, stats), totals, tuple(sorted(restarted)), unverified,
                          granularity=self.settings.granularity,
-                         loops={name: {"mode": mode, **self.loop_outcomes.get(name, {})}
+                         loops={name: {"mode": mode, **self.loop_outcomes.get(name, {}), **loop_spans(drained, name)}
                                 for name, mode in self.loop_modes.items()},
                          transfers=tuple(sorted(transfers, key=lambda t: t.start)), params=self.spec.params,
                          loop_steps=step_pictures(worker.get("samples", {}) for worker in drained.values()),
@@ -379,14 +386,6 @@ class Runner:
         if not any(mode.startswith("gang") for mode in self.loop_modes.values()):
             return ""
         return "links" if self.links else "dask-comms"
-
-
-def _wait_forever() -> None:
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
 
 
 def run_plan(plan: Plan, settings: RunSettings | None = None, echo: Echo | None = None) -> RunResult:

@@ -16,7 +16,7 @@ from typing import Any
 from ..devices import DeviceSpec, GpuId
 from ..errors import Diagnostic, Severity, YamlPath
 from ..ops.values import ValueInfo
-from .searches import Halving as Halving, Search as Search, SweepCopy as SweepCopy, Table as Table
+from .searches import Halving as Halving, Median as Median, Search as Search, SweepCopy as SweepCopy, Table as Table
 
 
 Position = tuple[int, int]
