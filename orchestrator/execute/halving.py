@@ -227,8 +227,9 @@ class CopyLoops:
         for row in decision.rows:
             if not row.kept:
                 reason = stop_reason(decision, row)
-                self.stop(by_index[row.copy], reason)
-                self.ends[row.copy] = CopyEnd(row.copy, step, reason)
+                copy = by_index[row.copy]
+                self.stop(copy, reason)  # at the step (or, resumed from a checkpoint past it, where it resumed)
+                self.ends[row.copy] = CopyEnd(row.copy, int(copy.training.outcome["stopped_at_step"]), reason)
         self.decisions.append(decision)
         self.staged.echo(_said(self.search.name, decision))
         return [c for c in running if c.index not in self.ends]

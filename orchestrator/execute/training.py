@@ -139,6 +139,7 @@ class TrainingLoop:
         starts = [s for s in self.loop.window_starts() if s > begin]
         starts.insert(0, begin)
         in_flight: _Submitted | None = None
+        begun = state
         for i, start in enumerate(starts):
             stop = starts[i + 1] if i + 1 < len(starts) else self.loop.steps
             if in_flight is not None and start in self.holds:  # a decision step: read it, and wait to be told
@@ -160,7 +161,10 @@ class TrainingLoop:
                     return self.finish(in_flight)
             in_flight = current
             if i == 0:  # a driver of several loops submits each one's first window before it reads any
-                yield begin
+                told = yield begin
+                if told is not None:  # resumed past a decision that stops it: it ends where it resumed
+                    self.outcome.update(stopped_at_step=begin, stop_reason=told, steps_run=0)
+                    return begun
         assert in_flight is not None
         self.read(in_flight)
         yield in_flight.stop

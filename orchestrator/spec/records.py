@@ -308,7 +308,7 @@ class Loop:
     evaluation: Evaluation | None = None
     stopping: tuple[Stopping, ...] = ()
     batches: Batches | None = None
-    rungs: tuple[int, ...] = ()  # a halving sweep's rungs: its windows end there too (the driver decides)
+    rungs: tuple[int, ...] = ()  # a sweep rule's decision steps (halving, median): its windows end there too
 
     @property
     def evaluated(self) -> tuple[str, ...]:
