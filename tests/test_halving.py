@@ -192,5 +192,5 @@ def test_a_cached_halving_sweep_decides_again_on_resume(tmp_path: Path) -> None:
         tables.append(data["sweeps"]["hp"]["rungs"])
         ops = {o["name"]: o for o in data["ops"]}
         # where a copy stops depends on the others at each rung: its loop is never taken from the cache alone
-        assert "halving sweep decides its copies' loops together" in ops["hp/0/train.w"]["cache"]
+        assert "a halving (or median) sweep decides its copies' loops together" in ops["hp/0/train.w"]["cache"]
     assert tables[0] == tables[1]

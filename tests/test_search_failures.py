@@ -171,3 +171,44 @@ def test_reading_a_failed_copy_outside_the_sweep_fails_naming_it(tmp_path: Path)
     with pytest.raises(RunError, match=r"output 's/1/t' is a value of a sweep copy that failed \('s/1/y': "
                                        r"ValueError: lam 2 diverged\)"):
         run_file(spec, echo=lambda _: None, output_dir=str(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("flags", [(), ("--sync",), ("--granularity", "op")])
+def test_a_copy_that_fails_after_its_metric_is_never_selected_nor_combined(tmp_path: Path,
+                                                                          flags: tuple[str, ...]) -> None:
+    """The copy's metric 't' was made, then its op 'z' failed: select, pick, combine and gather wait for every
+    copy's last op and leave it out (it used to be selected: s.best = 3 with the run saying otherwise)."""
+    (tmp_path / "late_fns.py").write_text(
+        "def check(y, lam, xp):\n"
+        "    if float(lam) == 3.0:\n"
+        "        raise ValueError('lam 3 diverged after its total')\n"
+        "    return y\n", encoding="utf-8")
+    spec = tmp_path / "late.yaml"
+    spec.write_text(textwrap.dedent("""\
+        version: 1
+        graph:
+          - {name: x, op: ones, shape: [4]}
+          - name: s
+            sweep:
+              grid: {lam: [1.0, 2.0, 3.0]}
+              allow_failures: true
+              body:
+                - {name: y, op: mul, inputs: [x, lam]}
+                - {name: t, op: sum, inputs: [y]}
+                - {name: z, op: call, fn: "late_fns:check", inputs: [y, lam], output: {shape: [4]}}
+              select: {max: t}
+              gather: {totals: t}
+              combine: {y: mean}
+        outputs:
+          s.best: best.npy
+          s.t: t.npy
+          s.y: y.npy
+          s.totals: totals.npy
+        """), encoding="utf-8")
+    code, said = run(spec, *flags)
+    assert code == 0 and "1 of 3 copies failed" in said and "no failed copy was selected" in said, said
+    out = tmp_path / "out"
+    assert float(np.load(out / "best.npy")) == 2.0  # λ = 3 has the largest total, but failed after making it
+    assert float(np.load(out / "t.npy")) == 8.0
+    np.testing.assert_array_equal(np.load(out / "y.npy"), np.full(4, 1.5))  # the mean of the copies that did not fail
+    np.testing.assert_array_equal(np.load(out / "totals.npy"), [4.0, 8.0, np.nan])

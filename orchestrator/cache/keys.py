@@ -165,7 +165,7 @@ def _loop_key(plan: Plan, loop: Loop, known: Mapping[str, Key], base_dir: str, f
     its revision (the same without its steps)."""
     spec = plan.spec
     if loop.rungs:  # where it stops depends on the other copies at each rung, which its key cannot say
-        unkeyed[loop.name] = "a halving sweep decides its copies' loops together, rung by rung"
+        unkeyed[loop.name] = "a halving (or median) sweep decides its copies' loops together, at its decision steps"
         return None
     parts: dict[str, str] = {"steps": str(loop.steps)}
     if loop.evaluation is not None:  # what it evaluates decides when a loop stops, and its tables

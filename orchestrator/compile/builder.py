@@ -14,6 +14,9 @@ which values cross devices:
   needed is cut out by a getitem task beside it, so only that value crosses.
 * A control edge (``after``) depends on a ``done`` token task that runs on
   the producer's device and returns ``None``: no array moves.
+* A sweep's gathering op waits for every copy's last ops and reads them as
+  markers after its inputs: in place on its own worker, else through a
+  ``copy_failed`` task beside the op, which gives the copy's failure or None.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from .records import CompiledGraph, Located
 from ..plan.records import Partition, Plan
 from ..spec.records import OpRef
 from ..ops import lookup
-from ..runtime import OpTask, PartitionTask, move, resources_for, run_op, run_partition, slot_resources, to_host
+from ..runtime import OpTask, PartitionTask, copy_failed, move, resources_for, run_op, run_partition, slot_resources, \
+    to_host
 from ..runtime import token as control_token
 
 
@@ -62,6 +66,16 @@ def _roles(plan: Plan) -> tuple[dict[str, str], dict[str, str]]:
                     roles[op.name] = "gather"
         found = plan.__dict__["_copy_roles"] = (roles, sweeps)
     return found
+
+
+def copy_marks(plan: Plan) -> Mapping[str, tuple[int, ...]]:
+    """A sweep's gathering op -> the copy of each of its inputs, then of each op it waits for (its ``after``: the
+    copies' last ops, whose markers tell the worker which copies failed). Worked out once per plan."""
+    marks: dict[str, tuple[int, ...]] | None = plan.__dict__.get("_copy_marks")
+    if marks is None:  # (a pick nothing reads is pruned: not in the spec's ops)
+        marks = {g.op: g.copies for search in plan.spec.sweeps for g in search.gathering if g.op in plan.spec.op_index}
+        plan.__dict__["_copy_marks"] = marks
+    return marks
 
 
 def thread_slots(plan: Plan) -> tuple[dict[str, float], dict[str, int]]:
@@ -195,7 +209,11 @@ class GraphBuilder:
         arrivals = [self.arrive(resolve(ref), ref, device, n_retries) for ref in op.inputs]
         args = [TaskRef(key) for key, _ in arrivals]
         indices = tuple(index for _, index in arrivals)
+        marked = op_name in copy_marks(self.plan)
         for name in op.after:  # one token task per producer, even on the same device (as op graphs always had)
+            if marked:  # a copy's last op: whether it failed, read beside it
+                args.append(TaskRef(self.marker(name, resolve, None, suffix)[0]))
+                continue
             producer = resolve(OpRef(name))
             done_key = self.names.helper("done", name, suffix)
             if done_key not in self.tasks:
@@ -205,6 +223,18 @@ class GraphBuilder:
         key = self.names.op(op.name, op.kind, op.params, suffix)
         self.add(key, Task(key, run_op, payload, *args), device, op.name, n_retries)
         return Located(key, device)
+
+    def marker(self, name: str, resolve: Resolve, consumer: DeviceSpec | None, suffix: str) -> tuple[str, int | None]:
+        """(key, element) where a gathering op on ``consumer`` reads whether a copy's last op ``name`` failed: the
+        value itself on the same worker, else a ``copy_failed`` task beside it (no array moves)."""
+        value = resolve(OpRef(name, 0 if self.spec.op(name).outputs > 1 else None))
+        if consumer is not None and value.device == consumer and consumer.device_index != ANY:
+            return value.key, value.index
+        key = self.names.helper("failed", name, suffix)
+        if key not in self.tasks:
+            element = -1 if value.index is None else value.index
+            self.add(key, Task(key, copy_failed, TaskRef(value.key), element), value.device, name, 0)
+        return key, None
 
     def done(self, name: str, producer: Located, consumer: DeviceSpec, suffix: str) -> str:
         """The key a control edge waits for: the producer itself on its own device, else a token beside it."""
@@ -248,8 +278,12 @@ class GraphBuilder:
                     wire = (False, slot, -1)
                 row.append(wire)
                 last_reader[(wire[0], wire[1])] = j
+            if name in copy_marks(self.plan):  # a gathering op: each copy's last op as a marker after its inputs
+                row += [self.marker_wire(producer, local, resolve, device, suffix, arg_of, args, arg_index)
+                        for producer in op.after]
+                last_reader.update({(wire[0], wire[1]): j for wire in row[len(op.inputs):]})
             wires.append(row)
-            for producer in op.after:
+            for producer in op.after if name not in copy_marks(self.plan) else ():
                 if producer not in local:
                     controls.append(TaskRef(self.done(producer, completes(producer), device, suffix)))
         n_args = len(args)
@@ -272,6 +306,20 @@ class GraphBuilder:
             return {publish[0]: Located(key, device)}
         return {text: Located(key, device, i) for i, text in enumerate(publish)}
 
+    def marker_wire(self, name: str, local: Mapping[str, int], resolve: Resolve, device: DeviceSpec, suffix: str,
+                    arg_of: dict[tuple[str, int | None], int], args: list[TaskRef],
+                    arg_index: list[int]) -> tuple[bool, int, int]:
+        """The wire of a gathering op's marker of a copy's last op ``name`` in a partition (see ``marker``)."""
+        if name in local:
+            return True, local[name], -1
+        key, index = self.marker(name, resolve, device, suffix)
+        slot = arg_of.get((key, index))
+        if slot is None:
+            slot = arg_of[(key, index)] = len(args)
+            args.append(TaskRef(key))
+            arg_index.append(-1 if index is None else index)
+        return False, slot, -1
+
     def op_task(self, op_name: str, step: int, indices: tuple[int | None, ...] = ()) -> OpTask:
         """The payload of one op: what its kernel needs on the worker, paths resolved as the op declares."""
         op = self.spec.op(op_name)
@@ -286,7 +334,7 @@ class GraphBuilder:
             op.name, op.kind, params, len(op.inputs), self.token, step, op.input_keys,
             op.timeout if op.timeout is not None else self.default_timeout, self.log,
             self.base_dir if needs_dir else "", op.outputs, indices if indices.count(None) != len(indices) else (),
-            copy_roles(self.plan).get(op.name, ""), op.scope.indices)
+            copy_roles(self.plan).get(op.name, ""), op.scope.indices, copy_marks(self.plan).get(op.name, ()))
 
     def to_host(self, value: Located, ref: OpRef) -> str:
         value = self.materialize(value, ref)

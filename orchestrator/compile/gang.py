@@ -268,7 +268,8 @@ def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, op
                              tuple(received), tuple(rules), tuple(metrics), _frees(len(mine), kept, last_reader),
                              len(args.refs), tuple(args.index) if any(i >= 0 for i in args.index) else (),
                              loop.name, _sampled(loop, start, last, offset),
-                             tuple(n in urgent and bool(sends[d].get(j)) for j, n in enumerate(mine)))
+                             tuple(n in urgent and bool(sends[d].get(j)) for j, n in enumerate(mine)),
+                             start in loop.rungs)
         device = DeviceSpec.parse(d)
         builder.add(keys[d], Task(keys[d], run_window, payload, *args.refs, *controls), device, mine[0], 0)
         builder.partition_ops[keys[d]] = tuple(mine)

@@ -40,7 +40,7 @@ def op_records(plan: Plan, events: Sequence[Mapping[str, Any]]) -> tuple[tuple[O
         e = ran.get(p.op, {})
         records.append(OpRecord(p.op, p.kind, p.device_name, e.get("ran_on"), e.get("start"), e.get("duration"),
                                 e.get("bytes"), failures.get(p.op, 0), e.get("count"), p.why(),
-                                error=errors.get(p.op, "")))
+                                error=errors.get(p.op, ""), end=e.get("end")))
     return tuple(records), moved
 
 

@@ -1,25 +1,35 @@
-"""A sweep's copies of a training loop, stepped side by side; with ``halving:``, decided rung by rung.
+"""A sweep's copies of a training loop: stepped side by side in waves, decided together, failing alone.
 
-Policy. Every copy's loop runs window by window (``TrainingLoop.stepwise``;
-its windows end at the rungs, ``Loop.rungs``), the copies in turn, so that
-each has a window on the cluster while the driver reads another's: the
-cluster's resources (and a packed GPU's slots) decide what runs at once, as
-they do for a sweep's other ops. Only copies whose loop keeps to one device
-are stepped so (two loops exchanging values across devices could each hold
-a device the other waits for); other copies' loops run one after another, as
-any loops do. With successive halving, at a rung the driver waits until every copy still running has reached it, then
-ranks them all by the metric's value at that step: ``mode`` first, a NaN
-last, ties by copy index. The best ``keep`` of them (at least one) go on;
-the rest stop at that step, and their loops end there (their final states
-are those of the rung; their metric series are padded with NaN to the
-loop's steps, so that the copies' series still stack and a stopped copy is
-never chosen by ``select``). Because a rung waits for every copy, no copy's
-fate depends on which one reported first, and the same spec halves the same
-way on any cluster. A copy that its own rule stops earlier (``early_stop``,
-``stop_when``) is out of the ranking from then on.
+Policy. Every copy's loop runs window by window (``TrainingLoop.stepwise``),
+the copies in turn, a window each, so that each has a window on the cluster
+while the driver reads another's. A device takes its copies in the plan's
+waves (``Plan.packing``): ``at_once`` of them step side by side, and the
+next wave starts once every copy of the wave before has reached the step the
+driver is going to (the loop's end, or the rule's next decision step), so
+what a device holds at once is what the plan packed, and a copy's start and
+stop show its wave. Copies whose loop spans devices take one lane, one at a
+time (two loops exchanging values across devices could each hold a device
+the other waits for).
+
+With a rule (``halving:``, ``median:``; :mod:`.rules`), the loops are read
+at its decision steps and go no further until the driver has decided
+(``TrainingLoop.holds``): the driver brings every copy still running to the
+step, then decides on all of them together, so no copy's fate depends on
+which one got there first, and the same spec decides the same way on any
+cluster. A stopped copy's loop ends at that step (its final states are the
+step's; its metric series and evaluation tables are padded with NaN to the
+loop's steps, so that the copies' values still stack and a stopped copy is
+never selected); it ran nothing past it. A copy that its own rule stops
+(``early_stop``, ``stop_when``) leaves the ranking from then on.
+
+A copy whose loop fails (an op's exception, its device's memory cap, a
+window that cannot finish) is a failed copy like any other: its loop's
+results are a ``CopyFailed`` each, which the sweep's gathering ops leave
+out, and the others go on; it leaves the ranking too.
 
 State: per copy its loop's generator, series and the step it reached; the
-rung table (copy, value, kept or stopped) for the run report.
+decisions, how each copy ended and each copy's metric curves
+(:class:`~.records.SearchOutcome`, for the run report).
 """
 
 from __future__ import annotations
@@ -32,18 +42,24 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..compile import LoopState, loop_start
-from ..plan.records import Plan
-from ..spec.records import Halving, Loop, Search, Spec
+from ..compile.records import Located
+from ..errors import NoWorkerError, RunError
+from ..ops.training import evaluation_steps
+from ..ops.values import CopyFailed
+from ..spec.records import Loop, Search, Spec
 from .caching import CacheUse
+from .records import MAX_CURVE, CopyEnd, Curve, Decision, SearchOutcome
+from .rules import best_so_far, halving_decision, median_decision, stop_reason
 from .training import Driver, TrainingLoop
 
 
 class Staged(Driver, Protocol):
-    """What halving needs of the staged run (``execute.loops.StagedRun``) that drives it."""
+    """What the copies' driver needs of the staged run (``execute.loops.StagedRun``) that runs it."""
 
-    known: dict[str, Any]
+    known: dict[str, Located]
     client_values: dict[str, Any]
     outcomes: dict[str, dict[str, Any]]
+    searches: dict[str, SearchOutcome]
     cache: CacheUse | None
     parent: dict[str, str | None]
 
@@ -54,122 +70,255 @@ class Staged(Driver, Protocol):
     def store_loop(self, cache: CacheUse, loop: Loop) -> None: ...
 
 
-def group_search(spec: Spec, loop: Loop) -> tuple[Search, Halving | None]:
-    """The sweep whose copies' loop ``loop`` is (``copy_loops`` found one), and its halving."""
+def group_search(spec: Spec, loop: Loop) -> Search:
+    """The sweep whose copies' loop ``loop`` is (``copy_loops`` found one)."""
     for search in spec.sweeps:
-        copy = search.copy_of(loop.name)
-        if copy is not None and "/" not in loop.name[len(copy.prefix):]:
-            return search, search.halving
+        if search.loop_of(loop.name) is not None:
+            return search
     raise KeyError(loop.name)
 
 
-def copy_loops(plan: Plan, loop: Loop, pending: Sequence[Loop]) -> list[Loop]:
-    """Every pending copy's loop of the sweep whose copy's (top-level body) loop ``loop`` is, when they can be
-    stepped side by side (each on one device, holding no loop); [] otherwise: they run one after another."""
+def copy_loops(staged: Staged, loop: Loop, pending: Sequence[Loop]) -> list[Loop]:
+    """Every pending copy's loop of the sweep whose copy's (top-level body) loop ``loop`` is; [] when it is no
+    such loop, or when one of them holds a loop of its own (run step by step: they run one after another)."""
     try:
-        search, halving = group_search(plan.spec, loop)
+        search = group_search(staged.plan.spec, loop)
     except KeyError:
         return []
-    copy = search.copy_of(loop.name)
-    assert copy is not None
-    names = {c.prefix + loop.name[len(copy.prefix):] for c in search.copies}
+    found = search.loop_of(loop.name)
+    assert found is not None
+    names = {c.loops[found[1]] for c in search.copies if len(c.loops) > found[1]}
     group = [lp for lp in pending if lp.name in names]
-    if halving is None and not all(_alone(plan, lp) for lp in group):
-        return []  # (a halving sweep's are checked by the plan: it refuses a copy loop on two devices)
-    return group
+    holders = set(staged.parent.values())
+    return [] if any(lp.name in holders for lp in group) else group
 
 
-def _alone(plan: Plan, loop: Loop) -> bool:
-    """A loop on one device, holding no loop of its own."""
-    nested = any(other.name.startswith(loop.name + "/") for other in plan.spec.loops)
-    return not nested and len({plan.placement(name).device_name for name in loop.body}) == 1
+END = 1 << 62  # a step past every loop's last: to its end
 
 
 @dataclass
 class _Copy:
     index: int
     loop: Loop
+    lane: str  # its loop's device, or "" for a loop on several devices (one at a time)
     training: TrainingLoop
     steps: Generator[int, str | None, LoopState]
     series: dict[str, list[Any]]
     reached: int = 0
+    started: bool = False
     final: LoopState | None = None
+    failed: CopyEnd | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.final is not None or self.failed is not None
 
 
 @dataclass
 class CopyLoops:
     staged: Staged
     search: Search
-    halving: Halving | None
     loops: list[Loop]
-    rungs: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    ends: dict[int, CopyEnd] = field(default_factory=dict)
 
     def run(self) -> None:
         copies = [self.start(loop) for loop in self.loops]
-        running = [c for c in copies if self.advance(c, 1)]
-        for number, rung in enumerate(self.halving.rungs if self.halving is not None else (), start=1):
-            running = [c for c in running if self.advance(c, rung)]
+        running = copies
+        rule = self.search.rule
+        for number, step in enumerate(rule.steps if rule is not None else (), start=1):
+            self.advance(running, step)
+            running = [c for c in running if not c.ended]
             if not running:
                 break
-            running = self.decide(number, rung, running)
-        for copy in running:  # past its last step: its loop ends
-            self.advance(copy, copy.loop.steps + 1)
+            running = self.decide(number, step, running)
+        self.advance(running, END)
         for copy in copies:
             self.end(copy)
-        if self.halving is not None:
-            self.staged.outcomes[self.search.name] = {"rungs": self.rungs}
+        self.staged.searches[self.search.name] = SearchOutcome(tuple(self.decisions), dict(self.ends),
+                                                               {c.index: curves(c) for c in copies})
 
     def start(self, loop: Loop) -> _Copy:
         staged = self.staged
         mode = staged.window_mode(loop)
         series: dict[str, list[Any]] = {name: [] for name, _ in loop.metrics}
-        training = TrainingLoop(staged, loop, 0, mode == "gang", series)
-        copy = self.search.copy_of(loop.name)
-        assert copy is not None
-        return _Copy(copy.index, loop, training, training.stepwise(loop_start(staged.plan, loop, staged.known)), series)
+        rule = self.search.rule
+        training = TrainingLoop(staged, loop, 0, mode == "gang", series,
+                                holds=frozenset(rule.steps) if rule is not None else frozenset())
+        found = self.search.loop_of(loop.name)
+        assert found is not None
+        copy = found[0]
+        devices = {staged.plan.placement(name).device_name for name in loop.body}
+        state = loop_start(staged.plan, loop, staged.known)
+        return _Copy(copy.index, loop, devices.pop() if len(devices) == 1 else "", training,
+                     training.stepwise(state), series)
 
-    @staticmethod
-    def advance(copy: _Copy, step: int, stop: str | None = None) -> bool:
-        """Step ``copy`` until it has read step ``step`` (or send it ``stop``); False once its loop has ended."""
+    def advance(self, copies: Sequence[_Copy], target: int) -> None:
+        """Step ``copies`` a window each in turn until each has read step ``target`` (or ended), every lane
+        (device) in its waves: ``at_once`` copies side by side, the next wave once those have got there."""
+        waves = self.waves(copies)
+        active = {lane: queue.pop(0) for lane, queue in waves.items()}
+        while any(active.values()):
+            for lane, group in active.items():
+                group[:] = [c for c in group if self.step(c, target)]
+                if not group and waves[lane]:
+                    group[:] = waves[lane].pop(0)
+
+    def waves(self, copies: Sequence[_Copy]) -> dict[str, list[list[_Copy]]]:
+        """Per lane, its copies (in copy order) in waves of its device's ``at_once`` (one for a loop on
+        several devices); without a packing, all at once (the cluster's slots decide)."""
+        packing = next((p for p in self.staged.plan.packing if p.name == self.search.name), None)
+        lanes: dict[str, list[_Copy]] = {}
+        for copy in sorted(copies, key=lambda c: c.index):
+            lanes.setdefault(copy.lane, []).append(copy)
+        out = {}
+        for lane, members in lanes.items():
+            device = packing.device(lane) if packing is not None and lane else None
+            at_once = 1 if not lane else device.at_once if device is not None else len(members)
+            out[lane] = [members[i:i + max(1, at_once)] for i in range(0, len(members), max(1, at_once))]
+        return out
+
+    def step(self, copy: _Copy, target: int) -> bool:
+        """One window of ``copy`` read (the next submitted); True while it has not reached ``target``."""
+        if copy.ended or copy.reached >= target:
+            return False
         try:
-            if stop is not None:
-                copy.steps.send(stop)
-            while copy.final is None and copy.reached < step:
-                copy.reached = next(copy.steps) if copy.reached == 0 else copy.steps.send(None)
+            copy.reached = copy.steps.send(None) if copy.started else next(copy.steps)
+            copy.started = True
         except StopIteration as end:
             copy.final = end.value
-        return copy.final is None
+        except NoWorkerError:
+            raise  # a device is missing: no copy's fault
+        except RunError as exc:
+            self.fail(copy, exc)
+        return not copy.ended and copy.reached < target
 
-    def decide(self, number: int, rung: int, running: list[_Copy]) -> list[_Copy]:
-        """Rank every copy still running by the metric at ``rung``; the best ``keep`` go on, the rest stop."""
-        h = self.halving
-        assert h is not None
-        values = {c.index: float(np.asarray(c.series[h.metric][rung - 1])) for c in running}
-        sign = 1.0 if h.mode == "min" else -1.0
-        ranked = sorted(running, key=lambda c: (math.isnan(values[c.index]), sign * values[c.index], c.index))
-        kept = ranked[:max(1, int(len(ranked) * h.keep))]
-        best = ", ".join(f"{v:.4g}" for v in sorted(values[c.index] for c in kept))
-        for copy in ranked[len(kept):]:
-            reason = f"halving: rung {number} at step {rung}, {h.metric} {values[copy.index]:.4g} not among the " \
-                     f"best {len(kept)} of {len(ranked)}"
-            self.advance(copy, rung, stop=reason)
-        self.rungs.append({"rung": number, "step": rung, "metric": h.metric, "mode": h.mode,
-                           "copies": [{"copy": c.index, "value": values[c.index], "kept": c in kept} for c in ranked]})
-        self.staged.echo(f"sweep '{self.search.name}': rung {number} at step {rung}: {len(kept)} of {len(ranked)} "
-                         f"copies go on ({h.metric} {best})")
-        kept_ids = {c.index for c in kept}
-        return [c for c in running if c.index in kept_ids]
+    def stop(self, copy: _Copy, reason: str) -> None:
+        """End ``copy``'s loop at the step it reached (nothing past it was submitted)."""
+        try:
+            copy.steps.send(reason)
+        except StopIteration as end:
+            copy.final = end.value
+
+    def fail(self, copy: _Copy, exc: Exception) -> None:
+        """``copy``'s loop failed: a failed copy; what it waited for on other devices is woken."""
+        error = str(exc)
+        copy.failed = self.ends[copy.index] = CopyEnd(copy.index, copy.reached, error, failed=True)
+        copy.steps.close()
+        staged = self.staged
+        if not copy.lane:
+            staged.submitter.abort_loop(staged.plan.spec.loops.index(copy.loop), f"copy {copy.index} failed")
+        staged.sinks[:] = [s for s in staged.sinks if all(s is not mine for mine in copy.training.sinks)]
+        staged.echo(f"sweep '{self.search.name}': copy {copy.index}'s loop '{copy.loop.name}' failed past step "
+                    f"{copy.reached}; the other copies go on: {error.splitlines()[0] if error else '?'}")
+
+    def decide(self, number: int, step: int, running: list[_Copy]) -> list[_Copy]:
+        """The rule's decision at ``step`` on every copy still running; those it stops end there."""
+        rule = self.search.rule
+        assert rule is not None
+        values = {c.index: value_at(c, rule.metric, step) for c in running}
+        if self.search.halving is not None:
+            decision = halving_decision(self.search.halving, number, step, values)
+        else:
+            assert self.search.median is not None
+            best = {c.index: best_so_far(values_to(c, rule.metric, step), rule.mode) for c in running}
+            decision = median_decision(self.search.median, number, step, values, best)
+        by_index = {c.index: c for c in running}
+        for row in decision.rows:
+            if not row.kept:
+                reason = stop_reason(decision, row)
+                copy = by_index[row.copy]
+                self.stop(copy, reason)  # at the step (or, resumed from a checkpoint past it, where it resumed)
+                self.ends[row.copy] = CopyEnd(row.copy, int(copy.training.outcome["stopped_at_step"]), reason)
+        self.decisions.append(decision)
+        self.staged.echo(_said(self.search.name, decision))
+        return [c for c in running if c.index not in self.ends]
 
     def end(self, copy: _Copy) -> None:
-        """The copy's loop's exports, as ``StagedRun.run_windows`` leaves them; its series padded to its steps."""
+        """The copy's loop's results, as ``StagedRun.run_windows`` leaves them; a stopped copy's padded to the
+        loop's steps, a failed copy's a CopyFailed each."""
         staged, loop = self.staged, copy.loop
+        if copy.failed is not None:
+            self.end_failed(copy, copy.failed)
+            return
         assert copy.final is not None
-        staged.client_values.update(copy.training.tables())
+        tables = copy.training.tables()
+        stopped = self.ends.get(copy.index)
+        if stopped is not None and loop.evaluation is not None:  # its evaluations stop there too
+            missing = [s for s in evaluation_steps(loop.steps, loop.evaluation.every) if s > stopped.step]
+            tables = {k: np.concatenate([v, [[s, np.nan] for s in missing]]) if missing else v
+                      for k, v in tables.items()}
+        staged.client_values.update(tables)
         staged.outcomes[loop.name] = copy.training.outcome
-        if str(copy.training.outcome["stop_reason"]).startswith("halving"):
+        if stopped is not None:
             for values in copy.series.values():
                 values.extend([np.float64(np.nan)] * (loop.steps - len(values)))
         staged.export(loop, copy.final, copy.series)
         cache = staged.cache
         if cache is not None and staged.parent[loop.name] is None and cache.wanted(loop.name):
             staged.store_loop(cache, loop)  # as a loop run alone is stored
+
+    def end_failed(self, copy: _Copy, failed: CopyEnd) -> None:
+        """A failed copy's loop results: a CopyFailed on each result's device, read by the copy's later ops
+        (which fail with it) and by the sweep's gathering ops (which leave it out)."""
+        staged, loop = self.staged, copy.loop
+        marker = CopyFailed(loop.name, copy.lane or "several devices", failed.reason)
+        for name in loop.exports:
+            device = staged.plan.placement(name).device
+            future = staged.submitter.scatter(marker, device)
+            staged.held[future.key] = future
+            staged.known[name] = Located(future.key, device)
+            staged.client_values[name] = marker
+            staged.notes[name] = f"result of loop '{loop.name}', which failed (its copy failed)"
+        for name in (*loop.body, *loop.evaluated):
+            staged.notes.setdefault(name, f"loop '{loop.name}' of copy {copy.index} failed after step {failed.step}")
+        staged.outcomes[loop.name] = {**copy.training.outcome, "stopped_at_step": failed.step,
+                                      "stop_reason": "failed", "steps_run": failed.step}
+
+
+def value_at(copy: _Copy, metric: str, step: int) -> float:
+    """The copy's metric at ``step``: a step metric's value, or its evaluation's there (NaN if none)."""
+    if metric in copy.series:
+        values = copy.series[metric]
+        return float(np.asarray(values[step - 1])) if len(values) >= step else math.nan
+    return next((v for s, v in copy.training.evaluations.get(metric, ()) if s == step), math.nan)
+
+
+def values_to(copy: _Copy, metric: str, step: int) -> list[float]:
+    """The copy's values of ``metric`` up to ``step`` (step metrics: every step; evaluation metrics: each
+    evaluation)."""
+    if metric in copy.series:
+        return [float(np.asarray(v)) for v in copy.series[metric][:step]]
+    return [v for s, v in copy.training.evaluations.get(metric, ()) if s <= step]
+
+
+def curves(copy: _Copy) -> tuple[Curve, ...]:
+    """Each metric of the copy's loop as it ran (at most ``MAX_CURVE`` points each, evenly thinned)."""
+    out = []
+    for name, values in copy.series.items():
+        out.append(_thinned(name, [(i + 1, float(np.asarray(v))) for i, v in enumerate(values)]))
+    for name, rows in copy.training.evaluations.items():
+        out.append(_thinned(name, [(int(s), float(v)) for s, v in rows]))
+    return tuple(out)
+
+
+def _thinned(metric: str, points: Sequence[tuple[int, float]]) -> Curve:
+    if len(points) > MAX_CURVE:
+        keep = sorted({int(round(i)) for i in np.linspace(0, len(points) - 1, MAX_CURVE)})
+        points = [points[i] for i in keep]
+    return Curve(metric, tuple(s for s, _ in points), tuple(None if math.isnan(v) else v for _, v in points))
+
+
+def _said(sweep: str, decision: Decision) -> str:
+    """The run's line about a decision."""
+    kept = [r for r in decision.rows if r.kept]
+    if decision.rule == "halving":
+        best = ", ".join(f"{r.value:.4g}" for r in sorted(kept, key=lambda r: r.value))
+        return (f"sweep '{sweep}': rung {decision.number} at step {decision.step}: {len(kept)} of "
+                f"{len(decision.rows)} copies go on ({decision.metric} {best})")
+    stopped = [str(r.copy) for r in decision.rows if not r.kept]
+    judged = sum(1 for r in decision.rows if not r.reference)
+    return (f"sweep '{sweep}': median at step {decision.step}: {decision.metric} {decision.median:.4g} "
+            f"(copies {', '.join(str(r.copy) for r in decision.rows if r.reference) or 'none'}); "
+            f"{len(stopped)} of {judged} judged copies stop{(': ' + ', '.join(stopped)) if stopped else ''}")
+

@@ -42,6 +42,7 @@ from .caching import CacheUse
 from .checkpointing import CheckpointWriter
 from .training import TrainingLoop
 from .halving import CopyLoops, copy_loops, group_search
+from .records import SearchOutcome
 from .hits import place_hits, recorded
 from .submitter import Submitter
 from .outputs import MetricFiles, metric_value
@@ -81,6 +82,7 @@ class StagedRun:
     metric_files: MetricFiles | None = None  # metric CSVs written as windows are read
     say: Callable[[str], None] | None = None  # the run's echo (resumed loops, checkpoints not used)
     outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)  # loop -> how it began and ended
+    searches: dict[str, SearchOutcome] = field(default_factory=dict)  # sweep -> its copies' loops (execute.halving)
 
     def echo(self, text: str) -> None:
         if self.say is not None:
@@ -166,11 +168,11 @@ class StagedRun:
                 if ready:
                     continue
                 raise RunError("cannot order the loops of this spec: a loop reads a value made after it")
-            group = copy_loops(self.plan, next_loop, pending)
+            group = copy_loops(self, next_loop, pending)
             for member in group or [next_loop]:
                 pending.remove(member)
-            if group:  # a sweep's copies: stepped side by side (and with halving, decided rung by rung)
-                CopyLoops(self, *group_search(spec, next_loop), group).run()
+            if group:  # a sweep's copies: stepped side by side in waves (and decided by its rule, if any)
+                CopyLoops(self, group_search(spec, next_loop), group).run()
             else:
                 self.run_loop(next_loop, 0 if step is None else step * next_loop.steps)
             for member in group or [next_loop]:

@@ -73,12 +73,15 @@ class OpRecord:
     note: str = ""  # why it has no worker record (a loop's state, resolved by the driver; reused from the cache)
     cache: str = ""  # with its cache on: reused (which entry), or why it ran again
     error: str = ""  # a sweep copy's op that failed, and the copy with it: why (the sweep went on)
+    end: float | None = None  # when its last run ended (a loop op's runs are spread over the loop)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "op": self.op, "planned_device": self.planned_device,
                                "worker": self.worker, "start": self.start, "duration": self.duration,
                                "output_bytes": self.output_bytes, "retries": self.retries, "runs": self.runs,
                                "why": self.why}
+        if self.end is not None:
+            out["end"] = self.end
         if self.note:
             out["note"] = self.note
         if self.cache:
@@ -220,6 +223,79 @@ class RunReport:
                 "loop_steps": dict(self.loop_steps), "transport": self.transport, "sweeps": dict(self.sweeps),
                 "transfers": [t.as_dict() for t in self.transfers], "losses": [loss.as_dict() for loss in self.losses],
                 "params": [p.as_dict() for p in self.params]}
+
+
+@dataclass(frozen=True)
+class DecisionRow:
+    """One copy at a decision of a sweep's rule: its value at the step, (median) its best so far, its fate."""
+
+    copy: int
+    value: float
+    kept: bool
+    best: float | None = None  # the median rule compares the copy's best value so far
+    reference: bool = False  # the median rule: one of its first n_startup copies, never stopped by it
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"copy": self.copy, "value": self.value, "kept": self.kept}
+        if self.best is not None:
+            out.update(best=self.best, reference=self.reference)
+        return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A decision of a sweep's rule at one step of its copies' loop, on all copies still running there."""
+
+    rule: str  # "halving" | "median"
+    number: int  # 1, 2, ...: the rung (halving), the decision (median)
+    step: int
+    metric: str
+    mode: str
+    rows: tuple[DecisionRow, ...]  # halving: ranked best first; median: in copy order
+    median: float | None = None  # the median rule: the reference copies' median at the step
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"rung" if self.rule == "halving" else "decision": self.number, "step": self.step,
+                               "metric": self.metric, "mode": self.mode}
+        if self.rule == "median":
+            out["median"] = self.median
+        out["copies"] = [row.as_dict() for row in self.rows]
+        return out
+
+
+@dataclass(frozen=True)
+class CopyEnd:
+    """A copy whose loop ended before its last step through the sweep: its rule stopped it, or it failed."""
+
+    copy: int
+    step: int  # the last step of its loop that was read (its final state's)
+    reason: str
+    failed: bool = False  # its loop failed (``reason`` is the error); else the sweep's rule stopped it
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A copy's metric as its loop ran: (step, value) pairs, at most ``MAX_CURVE`` of them (evenly thinned);
+    a NaN value is None (JSON has no NaN)."""
+
+    metric: str
+    steps: tuple[int, ...]
+    values: tuple[float | None, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "steps": list(self.steps), "values": list(self.values)}
+
+
+MAX_CURVE = 256
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """What a sweep's driver (``execute.halving``) decided and saw of its copies' loops."""
+
+    decisions: tuple[Decision, ...] = ()
+    ends: Mapping[int, CopyEnd] = field(default_factory=dict)  # by copy
+    curves: Mapping[int, tuple[Curve, ...]] = field(default_factory=dict)  # by copy: each metric of its loop
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from ..errors import OrchestratorError, RunError
 from ..compile.dask_keys import choose_task_names
 from ..compile.records import CompiledGraph
 from ..plan.records import Plan
-from .records import RunReport, RunResult, RunSettings, RunTotals, TransferRecord
+from .records import RunReport, RunResult, RunSettings, RunTotals, SearchOutcome, TransferRecord
 from ..paths import PathUse
 from ..perf import paused_gc
 from ..runtime import LOG_TOPIC, discard_saves, drain_records
@@ -51,10 +51,10 @@ from .loops import StagedRun
 from .outputs import MetricFiles, OnWorkers, commit_run, refuse_overwrites
 from .searches import fatal_sweeps, with_sweeps
 from .accounting import device_records, op_records, verify
-from .watch import SchedulerWatch, tell_workers
+from .watch import SchedulerWatch, tell_workers, wait_forever
 from .losses import LossWatch, Losses
 from .waiting import Waiter, dask_error
-from .steps import step_pictures
+from .steps import loop_spans, step_pictures
 
 Echo = Callable[[str], None]
 
@@ -82,6 +82,7 @@ class Runner:
         self.waiter: Waiter | None = None
         self.loop_modes: dict[str, str] = {}
         self.loop_outcomes: dict[str, dict[str, Any]] = {}  # loop -> resumed_from_step, stopped_at_step, stop_reason
+        self.search_outcomes: dict[str, SearchOutcome] = {}  # sweep -> its copies' loops: decisions, ends, curves
         self.saves_settled = False  # checkpoints of this run committed (or there is nothing left to discard)
         self.cache: CacheUse | None = None
         self.links = False  # loop windows' values go over direct links between workers (else Dask's comms)
@@ -138,10 +139,10 @@ class Runner:
                     if any(self.plan.loop_mode(loop.name, granularity).mode == "gang" for loop in self.spec.loops):
                         self.links = open_device_links(client, [d.name for d in self.spec.cluster.devices])
                 if cluster is not None:  # the scheduler lives in this process: it cannot be lost alone
-                    return self._run_on(client, link)
+                    return self._run_aborting(client, link)
                 with SchedulerWatch(client, str(client.scheduler.address)) as watch:
                     try:
-                        return self._run_on(client, link)
+                        return self._run_aborting(client, link)
                     except Exception:
                         if watch.lost:
                             raise watch.error() from None
@@ -155,10 +156,19 @@ class Runner:
                     tell_workers(client, discard_saves, run=self.token)
                 if self.settings.keep_alive and cluster is not None:
                     self.echo("cluster kept alive (--keep-alive); press Ctrl-C to stop it")
-                    _wait_forever()
+                    wait_forever()
                 client.close()
                 if cluster is not None:
                     cluster.close()
+
+    def _run_aborting(self, client: Any, link: str | None) -> RunResult:
+        """The run; when it fails, the tasks still waiting for a value another device will now never send wake."""
+        try:
+            return self._run_on(client, link)
+        except OrchestratorError as exc:
+            if client.status == "running":  # (a lost scheduler: nobody to tell, and the line must come at once)
+                self.abort(exc)
+            raise
 
     def no_workers_timeout(self, retries: int) -> float:
         """Missing devices are caught before submission (wait_for_devices); this timeout is for a worker lost
@@ -246,6 +256,7 @@ class Runner:
             finally:
                 self.loop_modes = dict(staged.modes)
                 self.loop_outcomes = dict(staged.outcomes)
+                self.search_outcomes = dict(staged.searches)
                 if staged.checkpoints is not None:  # those under way are written, also when the run stopped
                     staged.checkpoints.finish()
                 if staged.metric_files is not None:  # the live rows go: the outputs are committed with the others
@@ -263,7 +274,7 @@ class Runner:
                link: str | None) -> RunResult:
         """After a run: its outputs and the files its ops saved into place together (none where its sweep
         copies failed), then the report file."""
-        report, tables = with_sweeps(self.plan, report, values, self.loop_outcomes)
+        report, tables = with_sweeps(self.plan, report, values, self.loop_outcomes, self.search_outcomes)
         written = commit_run(self.spec, values, self.output_dir, self.echo, tables, on_workers, self.token,
                              self.settings.write_outputs, fatal_sweeps(report))
         self.saves_settled = True
@@ -320,19 +331,20 @@ class Runner:
 
         tell_workers(self.client, abort_run, run=self.token, why=f"the run failed: {str(error).splitlines()[0]}")
 
+    def abort_loop(self, loop: int, why: str) -> None:
+        """Wake the tasks of loop ``loop`` (its index in the spec) waiting for values it will never send."""
+        from ..runtime import abort_loop
+        tell_workers(self.client, abort_loop, run=self.token, loop_index=loop, why=why)
+
     def wait_for(self, futures: Sequence[Any]) -> None:
         """Wait for futures whose values nobody fetches; raise the first error as it happens, naming its op
         (``execute.waiting``: the first error, not the first future's, and awake to lost workers)."""
+        # No abort: a copy's failed loop is one failed copy (execute.halving wakes its loop's tasks alone)
         assert self.waiter is not None
         try:
             self.waiter.settle(futures)
-        except OrchestratorError as exc:
-            self.abort(exc)  # the others' tasks waiting for a lost device's values stop waiting
-            raise
         except Exception as exc:
-            error = self.translate(exc)
-            self.abort(error)
-            raise error from None
+            raise (exc if isinstance(exc, OrchestratorError) else self.translate(exc)) from None
 
     def scatter(self, value: Any, device: DeviceSpec) -> Any:
         workers = [device.to_string()] if device.device_index != "*" else None
@@ -372,7 +384,7 @@ class Runner:
                          (self.task_names, self.task_names_why), elapsed, checked,
                          device_records(self.plan, stats), totals, tuple(sorted(restarted)), unverified,
                          granularity=self.settings.granularity,
-                         loops={name: {"mode": mode, **self.loop_outcomes.get(name, {})}
+                         loops={name: {"mode": mode, **self.loop_outcomes.get(name, {}), **loop_spans(drained, name)}
                                 for name, mode in self.loop_modes.items()},
                          transfers=tuple(sorted(transfers, key=lambda t: t.start)), params=self.spec.params,
                          loop_steps=step_pictures(worker.get("samples", {}) for worker in drained.values()),
@@ -382,15 +394,6 @@ class Runner:
         if not any(mode.startswith("gang") for mode in self.loop_modes.values()):
             return ""
         return "links" if self.links else "dask-comms"
-
-
-def _wait_forever() -> None:
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
-
 
 def run_plan(plan: Plan, settings: RunSettings | None = None, echo: Echo | None = None) -> RunResult:
     return Runner(plan, settings or RunSettings(), echo or (lambda text: print(text, flush=True))).run()

@@ -1,12 +1,16 @@
 """What happened to each copy of a sweep: the run report's ``sweeps`` and the ``table:`` CSVs.
 
-Read after a run from the op records (each op's worker, start and duration,
-reported from inside the worker) and the plan's packing: per copy its
-values, the device it ran on, its planned wave, when its first op started
-and its last op stopped (the workers' clocks, as the ops' ``start``), and
-per device how many copies were planned at once, how many the records show
-at once, and the peak memory the backend saw against the cap. Nothing here
-decides anything: the plan packed, the run enforced it.
+Read after a run from the op records (each op's worker, start, duration and
+last end, reported from inside the worker), the plan's packing and what the
+copies' driver decided (``execute.halving``): per copy its values, the
+device it ran on, its wave, when it started and stopped (the workers'
+clocks, as the ops' ``start``: for a copy with a loop, its loop's first
+window's start and last window's end, its other ops running in stages with
+every copy's), how it ended (finished, stopped by the sweep's rule, failed)
+and its metric curves; per sweep its rule's decisions; per device how many
+copies were planned at once, how many the records show at once, and the
+peak memory the backend saw against the cap. Nothing here decides anything:
+the plan packed, the run enforced it.
 """
 
 from __future__ import annotations
@@ -21,16 +25,15 @@ import numpy as np
 
 from ..plan.records import Plan, SweepPacking
 from ..spec.records import Search
-from .records import OpRecord, RunReport
+from .records import OpRecord, RunReport, SearchOutcome
 
 
-def with_sweeps(plan: Plan, report: RunReport, values: dict[str, Any],
-                outcomes: Mapping[str, Mapping[str, Any]]) -> tuple[RunReport, dict[str, str]]:
+def with_sweeps(plan: Plan, report: RunReport, values: dict[str, Any], outcomes: Mapping[str, Mapping[str, Any]],
+                searches: Mapping[str, SearchOutcome]) -> tuple[RunReport, dict[str, str]]:
     """The report with its ``sweeps``, and the text of every ``table:`` by the output that writes it.
 
-    ``outcomes``: the staged run's, by loop (how each ended) and by halving sweep (its rung table). A failed
-    copy's rows of the gathered values and the table are made NaN in ``values``: the gathered op may have
-    run before one of the copy's later ops failed."""
+    ``outcomes``: the staged run's, by loop (how each ended); ``searches``: by sweep, what its copies' driver
+    decided and saw (``execute.halving``)."""
     if not plan.spec.sweeps:
         return report, {}
     seen = {d.device: d.peak_bytes_seen for d in report.devices}
@@ -42,23 +45,29 @@ def with_sweeps(plan: Plan, report: RunReport, values: dict[str, Any],
             copy = search.copy_of(record.name)
             if copy is not None:
                 own.setdefault(copy.index, []).append(record)
-        loops = {}  # each copy's loops that ended early, and how
-        for loop, outcome in outcomes.items():
-            copy = search.copy_of(loop)
-            if copy is not None and outcome.get("stop_reason", "steps") != "steps":
-                loops[copy.index] = outcome
-        copies = [_copy(search, packing, i, own.get(i, []), loops.get(i)) for i in range(len(search.copies))]
-        _blank_failed(plan, search, [c["index"] for c in copies if c["status"] == "failed"], values)
-        spans = {i: [(float(r.start), float(r.start) + float(r.duration or 0)) for r in records if r.start is not None]
+        outcome = searches.get(search.name, SearchOutcome())
+        stepped = _stepped(plan, search)
+        loops = {}  # each copy's loops that ended early by their own rule, and how
+        windows: dict[int, list[tuple[float, float]]] = {}  # each copy's loops' windows, span by span
+        for copy in search.copies:
+            for loop in copy.loops:
+                ended = outcomes.get(loop, {})
+                if ended.get("stop_reason", "steps") not in ("steps", "failed"):
+                    loops[copy.index] = ended
+                windows.setdefault(copy.index, []).extend(
+                    (float(a), float(b)) for a, b in (report.loops.get(loop) or {}).get("spans", ()))
+        spans = {i: sorted(windows.get(i, ())) or [(float(r.start or 0.0), _end(r))
+                                                   for r in _timed(search, i, records, stepped.get(i, frozenset()))]
                  for i, records in own.items()}
+        copies = [_copy(search, packing, i, own.get(i, []), stepped.get(i, frozenset()), outcome, loops.get(i),
+                      sorted(windows.get(i, ()))) for i in range(len(search.copies))]
         best = values.get(f"{search.name}.best")
         sweeps[search.name] = {"params": list(search.params), "copies": copies,
                                "devices": _devices(packing, copies, seen, spans),
                                "allow_failures": search.allow_failures}
         if best is not None and search.select is not None and len(search.params) != 1:
             sweeps[search.name]["selected"] = int(np.asarray(best))
-        if search.halving is not None:
-            sweeps[search.name]["rungs"] = list((outcomes.get(search.name) or {}).get("rungs") or [])
+        sweeps[search.name].update(_rule(search, outcome))
         if search.table is not None and f"{search.name}.table" in values:
             tables[f"{search.name}.table"] = table_text(search, copies, values[f"{search.name}.table"])
     return replace(report, sweeps=sweeps), tables
@@ -70,43 +79,79 @@ def fatal_sweeps(report: RunReport) -> list[str]:
             if not sweep["allow_failures"] and any(c["status"] == "failed" for c in sweep["copies"])]
 
 
-def _blank_failed(plan: Plan, search: Search, failed: Sequence[int], values: dict[str, Any]) -> None:
-    """Each failed copy's rows of the sweep's gathered values and table: NaN, as a gather of a failed op gives."""
-    if not failed:
-        return
-    for op in plan.spec.ops:
-        if op.group != search.name or op.kind != "stack" or op.name not in values:
-            continue
-        rows = np.array(values[op.name], dtype=float)  # a copy: the value may be read-only, or of integers
-        per_copy = len(op.inputs) // len(search.copies)  # the table: its metrics, copy by copy
-        grid = rows.reshape(len(search.copies), per_copy, *rows.shape[1:]) if per_copy > 1 else rows
-        grid[list(failed)] = np.nan
-        values[op.name] = grid.reshape(rows.shape)
+def _rule(search: Search, outcome: SearchOutcome) -> dict[str, Any]:
+    """The sweep's rule and its decision table: ``rungs`` (halving) or ``median`` (the median rule)."""
+    rule = search.rule
+    if rule is None:
+        return {}
+    kind = "halving" if search.halving is not None else "median"
+    said: dict[str, Any] = {"rule": {"kind": kind, "loop": rule.loop, "metric": rule.metric, "mode": rule.mode,
+                                     "steps": list(rule.steps)}}
+    if search.median is not None:
+        said["rule"].update(n_startup=search.median.n_startup, warmup_steps=search.median.warmup_steps,
+                            every=search.median.every)
+    said["rungs" if kind == "halving" else "median"] = [d.as_dict() for d in outcome.decisions]
+    return said
 
 
-def _copy(search: Search, packing: SweepPacking, index: int, own: Sequence[OpRecord],
-          stopped: Mapping[str, Any] | None) -> dict[str, Any]:
-    """One copy in the report: ``own`` its op records, ``stopped`` how its loop ended early (or None)."""
+def _stepped(plan: Plan, search: Search) -> dict[int, frozenset[str]]:
+    """Each copy's loops' ops (their steps and evaluations): when it ran, its loop's first and last windows."""
+    by_name = {loop.name: loop for loop in plan.spec.loops}
+    return {copy.index: frozenset(name for loop in copy.loops if loop in by_name
+                                  for name in (*by_name[loop].body, *by_name[loop].evaluated))
+            for copy in search.copies if copy.loops}
+
+
+def _timed(search: Search, index: int, own: Sequence[OpRecord], stepped: frozenset[str]) -> list[OpRecord]:
+    """Copy ``index``'s op records that say when it ran: its values' ops aside (made whenever, not its work);
+    of a copy with a loop, its loop's (its ops before and after the loop run with every copy's in stages of
+    their own, and would make every copy start at the first and stop at the last)."""
+    values = {search.copies[index].prefix + p for p in search.params}
+    ran = [r for r in own if r.start is not None and r.duration is not None and r.name not in values]
+    return [r for r in ran if r.name in stepped] or ran
+
+
+def _end(record: OpRecord) -> float:
+    """When an op's last run ended (older records: its first start plus its runs' summed time)."""
+    if record.end is not None:
+        return float(record.end)
+    return float(record.start or 0) + float(record.duration or 0)
+
+
+def _copy(search: Search, packing: SweepPacking, index: int, own: Sequence[OpRecord], stepped: frozenset[str],
+          outcome: SearchOutcome, stopped: Mapping[str, Any] | None,
+          windows: Sequence[tuple[float, float]]) -> dict[str, Any]:
+    """One copy in the report: ``own`` its op records, ``stepped`` its loops' ops, ``stopped`` how its loop
+    ended early by its own rule (or None), ``windows`` when its loop's windows ran (spans of them)."""
     copy = search.copies[index]
     slot = packing.copies[index]
-    values = {copy.prefix + p for p in search.params}  # its values as ops: made whenever, not its work
-    ran = [r for r in own if r.start is not None and r.duration is not None and r.name not in values]
+    ran = _timed(search, index, own, frozenset())
+    timed = _timed(search, index, own, stepped)
     workers = sorted({r.worker for r in ran if r.worker})
     reused = bool(own) and all(r.cache.startswith("reused") for r in own if r.start is None)
-    start = min((float(r.start) for r in ran if r.start is not None), default=None)
-    stop = max((float(r.start or 0) + float(r.duration or 0) for r in ran), default=None)
+    start = min((float(r.start) for r in timed if r.start is not None), default=None)
+    stop = max((_end(r) for r in timed), default=None)
+    if windows:  # the loop's windows as they ran (gang windows; the ops' records otherwise)
+        start, stop = windows[0][0], max(b for _, b in windows)
+    ended = outcome.ends.get(index)
     status = "finished" if ran else ("reused" if reused else "not run")
     errors = [r.error for r in own if r.error and not r.error.startswith("not run:")]
-    if errors or any(r.error for r in own):
+    failed = ended is not None and ended.failed
+    if errors or failed or any(r.error for r in own):
         status = "failed"
     out = {"index": index, "id": copy.id, "params": dict(copy.values), "device": slot.device,
            "ran_on": workers, "wave": slot.wave, "start": start, "stop": stop, "status": status}
     if status == "failed":
-        out["error"] = errors[0] if errors else next(r.error for r in own if r.error)
-    if stopped is not None:  # a loop of the copy that halving (or its own rule) stopped early
-        halved = str(stopped["stop_reason"]).startswith("halving")
-        out.update(status="stopped" if halved else status, stopped_at_step=stopped.get("stopped_at_step"),
-                   stop_reason=stopped["stop_reason"])
+        out["error"] = ended.reason if failed and ended is not None else \
+            errors[0] if errors else next(r.error for r in own if r.error)
+    if ended is not None and not ended.failed:  # the sweep's rule stopped it
+        out.update(status="stopped", stopped_at_step=ended.step, stop_reason=ended.reason)
+    elif stopped is not None:  # its own rule (early_stop, stop_when) ended its loop early
+        out.update(stopped_at_step=stopped.get("stopped_at_step"), stop_reason=stopped["stop_reason"])
+    if len(windows) > 1:  # its sweep's rule paused it at its decision steps: when it ran, span by span
+        out["spans"] = [list(span) for span in windows]
+    if index in outcome.curves:
+        out["curves"] = [c.as_dict() for c in outcome.curves[index]]
     return out
 
 

@@ -124,3 +124,9 @@ def _picture(timelines: Mapping[tuple[str, int], Mapping[str, Any]]) -> dict[str
     return {"sampled_steps": pictured, "devices": per_device,
             "critical_path": {"step": median_step, "seconds": lengths[median_step] if median_step is not None else 0.0,
                               "segments": paths.get(median_step, []) if median_step is not None else []}}
+
+
+def loop_spans(drained: Mapping[str, Any], loop: str) -> dict[str, list[list[float]]]:
+    """``spans``: when the loop's windows ran, on the workers' clocks (each device's, in time order)."""
+    ran = sorted(span for worker in drained.values() for span in worker.get("spans", {}).get(loop, ()))
+    return {"spans": ran} if ran else {}

@@ -268,6 +268,9 @@ class SyncRunner(Runner):
     def abort(self, error: Exception) -> None:
         """Nothing waits for another device's value in this process: there is nobody to wake."""
 
+    def abort_loop(self, loop: int, why: str) -> None:
+        """Nothing waits in this process (see ``abort``)."""
+
     def scatter(self, value: Any, device: DeviceSpec) -> Any:
         self.scattered += 1
         name = self.choose(device, []) if device.device_index == ANY else device.to_string()

@@ -103,6 +103,9 @@ class TrainingLoop:
     best: LoopState | None = None
     outcome: dict[str, Any] = field(default_factory=dict)
     monitored: float | None = None  # checkpoint best_only: the best value of its metric checkpointed so far
+    # a sweep's decision steps (``execute.halving``): the loop is read there, and goes on only when told
+    holds: frozenset[int] = frozenset()
+    sinks: list[Any] = field(default_factory=list)  # its evaluations' sinks (a failed copy's are not waited for)
 
     def __post_init__(self) -> None:
         evaluation = self.loop.evaluation
@@ -116,10 +119,13 @@ class TrainingLoop:
         return drive(self.stepwise(state))
 
     def stepwise(self, state: LoopState) -> Generator[int, str | None, LoopState]:
-        """The loop, window by window: yields the last step of each window read (its metrics are in the
-        series); what is sent back is a reason to stop there, or None to go on. Returns the final state.
+        """The loop, window by window: yields the step it starts from once its first window is submitted
+        (nothing read yet), then the last step of each window read (its metrics are in the series); what is
+        sent back is a reason to stop there, or None to go on. Returns the final state.
 
-        A halving sweep's driver (``execute.halving``) steps its copies' loops this way side by side.
+        A sweep's driver (``execute.halving``) steps its copies' loops this way side by side. At a step of
+        ``holds`` nothing past it is submitted before the driver says to go on: a copy its rule stops there
+        runs nothing after that step.
         """
         state, begin = self.resume(state)
         if begin >= self.loop.steps:  # resumed from a checkpoint at its last step: nothing is left to run
@@ -133,8 +139,17 @@ class TrainingLoop:
         starts = [s for s in self.loop.window_starts() if s > begin]
         starts.insert(0, begin)
         in_flight: _Submitted | None = None
+        begun = state
         for i, start in enumerate(starts):
             stop = starts[i + 1] if i + 1 < len(starts) else self.loop.steps
+            if in_flight is not None and start in self.holds:  # a decision step: read it, and wait to be told
+                if self.read(in_flight):
+                    return self.finish(in_flight)
+                told = yield in_flight.stop
+                if told is not None:
+                    self.outcome.update(stopped_at_step=in_flight.stop, stop_reason=told)
+                    return self.finish(in_flight)
+                in_flight = None
             current = self.submit(state, start, stop, first=start == begin)
             state = current.state
             if in_flight is not None:
@@ -145,6 +160,11 @@ class TrainingLoop:
                     self.outcome.update(stopped_at_step=in_flight.stop, stop_reason=told)
                     return self.finish(in_flight)
             in_flight = current
+            if i == 0:  # a driver of several loops submits each one's first window before it reads any
+                told = yield begin
+                if told is not None:  # resumed past a decision that stops it: it ends where it resumed
+                    self.outcome.update(stopped_at_step=begin, stop_reason=told, steps_run=0)
+                    return begun
         assert in_flight is not None
         self.read(in_flight)
         yield in_flight.stop
@@ -170,11 +190,14 @@ class TrainingLoop:
         compiled = compile_plan(d.plan, d.options, only=evaluation.body, known=known, known_done=d.done,
                                 outputs=[str(ref) for _, ref in evaluation.metrics], step=self.offset + stop)
         futures = d.submitter.submit(compiled, list(compiled.output_keys.values()))
+        self.sinks += [futures[k] for k in compiled.sink_keys]
         d.sinks += [futures[k] for k in compiled.sink_keys]
         return dict(compiled.output_keys), futures
 
     def read(self, sub: _Submitted) -> bool:
         """Read a window (and its evaluation); True when the loop stops at its last step."""
+        if sub.evaluation:  # the window's error, if any, before the evaluation's (which a failed window fails)
+            self.driver.submitter.wait_for([*sub.futures.values(), *sub.evaluation[1].values()])
         values = self.driver.submitter.gather(*sub.evaluation) if sub.evaluation else {}
         scores = {}
         for name, ref in self.loop.evaluation.metrics if self.loop.evaluation and sub.evaluation else ():

@@ -14,6 +14,7 @@ the runner to say so in one line.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable
 
 from ..errors import RunError
@@ -71,3 +72,12 @@ class SchedulerWatch:
                 except Exception:  # closing a client that lost its scheduler can itself complain; it is closed
                     pass
                 return
+
+
+def wait_forever() -> None:
+    """Until Ctrl-C (a cluster kept alive with --keep-alive)."""
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass

@@ -47,6 +47,15 @@ class CopyFailed:
     error: str
 
 
+def failure_in(value: object) -> CopyFailed | None:
+    """The CopyFailed that ``value`` is (or that an output of a multi-output op's tuple is), else None."""
+    if isinstance(value, CopyFailed):
+        return value
+    if isinstance(value, tuple):
+        return next((v for v in value if isinstance(v, CopyFailed)), None)
+    return None
+
+
 def without_failed(values: tuple[object, ...]) -> tuple[object, ...]:
     """The values of the copies that did not fail."""
     return tuple(v for v in values if not isinstance(v, CopyFailed))

@@ -66,7 +66,7 @@ from dataclasses import dataclass, field, replace
 
 from ..devices import ANY, DeviceSpec
 from .records import GRANULARITIES, LoopMode, Partition, Plan, TaskPlan
-from ..spec.records import Loop, Scope, Spec
+from ..spec.records import Loop, OpRef, Scope, Spec
 
 __all__ = ["Partition", "gang_blocker", "loop_mode", "partition", "plan_tasks", "published"]
 
@@ -262,14 +262,18 @@ def published(plan: Plan, parts: Sequence[Partition], wanted: Collection[str] = 
     """Per partition, the values (``op`` or ``op:i``) read outside it, in its op order.
 
     ``wanted`` adds refs the caller needs besides readers (outputs, a loop's
-    carried state and metrics). A control edge (``after``) needs no value.
+    carried state and metrics). A control edge (``after``) needs no value,
+    but for a sweep's gathering op's: it reads whether each copy's last op
+    failed from the op's value (beside it, when on another device).
     """
     spec = plan.spec
     home = {name: part.index for part in parts for name in part.ops}
     needed: dict[int, set[str]] = {}
+    gathering = {g.op for search in spec.sweeps for g in search.gathering}
     for op in spec.ops:
         here = home.get(op.name)
-        for ref in op.inputs:
+        marks = [OpRef(a, 0 if spec.op(a).outputs > 1 else None) for a in op.after] if op.name in gathering else []
+        for ref in (*op.inputs, *marks):
             source = home.get(ref.op)
             if source is not None and source != here:
                 needed.setdefault(source, set()).add(str(ref))

@@ -95,7 +95,10 @@ RULES: dict[str, str] = {
     "sweep-glob": "A glob that matches no file in the spec's folder, or leaves it",
     "sweep-devices": "A sweep's devices: is now spread:",
     "copy-unknown": "A ${copy.NAME} that no enclosing sweep gives a value",
-    "halving": "Successive halving on a metric, loop or rungs the sweep's body does not have",
+    "halving": "Successive halving on a metric, loop or rungs the sweep's body does not have, or rungs between "
+               "the evaluations of the evaluation metric it watches",
+    "median": "A median stopping rule on a metric or loop the sweep's body does not have, with no copy to judge, "
+              "no decision before the loop ends, or decisions between the evaluations it reads, or beside halving",
     "table-metric": "A sweep's table names a metric that is not one number per copy",
     "replicate-values": "A replicate's per-copy values are not one per device",
     "multi-output": "A reference to an op with several outputs that does not say which",

@@ -80,7 +80,9 @@ def sweep_run_lines(run_report: Mapping[str, Any]) -> list[str]:
     """After a run: per sweep and device, copies planned and seen at once, and the peak seen under the cap."""
     lines = []
     for name, sweep in (run_report.get("sweeps") or {}).items():
-        done = sum(1 for c in sweep["copies"] if c["status"] in ("finished", "reused", "stopped"))
+        done = sum(1 for c in sweep["copies"] if c["status"] in ("finished", "reused"))
+        stopped = sum(1 for c in sweep["copies"] if c["status"] == "stopped")
+        rule = (sweep.get("rule") or {}).get("kind", "its rule")
         parts = []
         for device, d in sweep["devices"].items():
             seen = d.get("peak_bytes_seen")
@@ -90,5 +92,6 @@ def sweep_run_lines(run_report: Mapping[str, Any]) -> list[str]:
                          f"{memory}")
         failed = sum(1 for c in sweep["copies"] if c["status"] == "failed")
         lines.append(f"sweep '{name}': {done} of {len(sweep['copies'])} copies finished"
+                     f"{f', {stopped} stopped early ({rule})' if stopped else ''}"
                      f"{f', {failed} failed' if failed else ''}; " + "; ".join(parts))
     return lines

@@ -62,6 +62,13 @@ def abort_run(dask_worker: Any, run: str, why: str) -> None:
     runtime.mailbox.abort(run, why)
 
 
+def abort_loop(dask_worker: Any, run: str, loop_index: int, why: str) -> None:
+    """Run on every worker when one loop of a run failed and the run goes on (a sweep's copy): wake its ops.
+    (Not ``loop=``: ``Client.run`` passes that name to its own event loop.)"""
+    _, runtime = _runtime(dask_worker)
+    runtime.mailbox.abort_loop(run, loop_index, why)
+
+
 def open_links(dask_worker: Any, secret: bytes) -> tuple[str, Address] | None:
     """Run on every worker (``Client.run``) before a run: its device, and where its links listen."""
     _, runtime = _runtime(dask_worker)
@@ -89,9 +96,12 @@ def drain_records(dask_worker: Any, run: str) -> dict[str, Any]:
         samples = {loop: timelines for (of_run, loop), timelines in runtime.samples.items() if of_run == run}
         for sampled in [k for k in runtime.samples if k[0] == run]:
             del runtime.samples[sampled]
+        spans = {loop: ran for (of_run, loop), ran in runtime.spans.items() if of_run == run}
+        for spanned in [k for k in runtime.spans if k[0] == run]:
+            del runtime.spans[spanned]
     # what Dask itself says it moved into this worker for this run (its transfer log): key, bytes, when, from whom
     received = [(key, int(nbytes), float(entry.get("start", 0.0)), float(entry.get("stop", 0.0)), str(entry.get("who")))
                 for entry in getattr(worker, "transfer_incoming_log", ())
                 for key, nbytes in entry.get("keys", {}).items() if run in str(key)]
     return {"ran_on": str(worker.name), "records": mine, "memory": runtime.backend.stats(),
-            "created": runtime.created, "received": received, "samples": samples}
+            "created": runtime.created, "received": received, "samples": samples, "spans": spans}

@@ -7,6 +7,8 @@
 * :func:`move`, :func:`token`, :func:`to_host`: a value received on another
   device (one copy per consuming device), a control edge (no data), and a
   device array copied to the host for the client.
+* :func:`copy_failed`: what a sweep's gathering op reads of a copy's last op
+  on another device: the op's CopyFailed, or None (no array moves).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from .backends import Backend, DeviceConfig, make_backend
 from ..atomic import FileSet
 from ..errors import OpFailedError, OpTimeoutError, OrchestratorError
 from ..ops import KernelError, lookup
-from ..ops.values import CopyFailed
+from ..ops.values import CopyFailed, failure_in
 from .exchange import Mailbox
 from .links import Address, Links
 from .usercode import WORKING_DIRECTORY, describe, user_origin
@@ -62,6 +64,9 @@ class OpTask:
     # sweep's op that reads every copy (select, pick, gather, combine, table) and reads a CopyFailed
     copies: str = ""
     stream: tuple[int, ...] = ()  # the copy of each replicate and sweep around the op: its random stream's key
+    # a sweep's gathering op: the copy of each input, then of each marker after them (a copy's last op, or
+    # what copy_failed made of it beside it): an input of a copy whose marker is a CopyFailed is that CopyFailed
+    copies_of: tuple[int, ...] = ()
 
     @staticmethod
     def from_values(*values: Any) -> OpTask:
@@ -74,7 +79,7 @@ class OpTask:
         # (a tiny op's payload: 115 bytes instead of 324, and a few microseconds less at every hop).
         head = (self.name, self.kind, self.params, self.n_inputs, self.run, self.step)
         tail = (self.input_keys, self.timeout, self.log, self.base_dir, self.outputs, self.input_index, self.copies,
-                self.stream)
+                self.stream, self.copies_of)
         return _restore_op_task, (head if tail == _OP_TASK_DEFAULT_TAIL else head + tail,)
 
 
@@ -109,6 +114,9 @@ class Runtime:
     # (run, loop) -> this device's timelines of the loop's sampled steps (the step picture; a few per loop)
     samples: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
     functions: dict[tuple[str, str], Callable[..., Any]] = field(default_factory=dict)  # user functions, imported
+    # (run, loop) -> when its windows ran here: a span per stretch of windows one after another (a sweep's rule
+    # pauses a copy's loop at its decision steps: a span each side)
+    spans: dict[tuple[str, str], list[list[float]]] = field(default_factory=dict)
     links: Links = field(init=False)  # streams to the other devices' workers (loop windows)
 
     def __post_init__(self) -> None:
@@ -125,12 +133,22 @@ class Runtime:
             if entry is None:
                 self.records[(run, op, kind)] = {"run": run, "op": op, "kind": kind, "ran_on": ran_on,
                                                  "start": start, "duration": duration, "bytes": nbytes,
-                                                 "count": 1, "error": error}
+                                                 "count": 1, "error": error, "end": start + duration}
             else:
                 entry["count"] += 1
                 entry["duration"] += duration
+                entry["end"] = max(entry["end"], start + duration)  # its last run's end: a copy's real stop
                 entry["bytes"] = nbytes
                 entry["error"] = error or entry["error"]
+
+    def ran_window(self, run: str, loop: str, start: float, stop: float, opens: bool) -> None:
+        """A window of ``loop`` ran here: it extends the loop's last span, or ``opens`` a new one."""
+        with self.lock:
+            spans = self.spans.setdefault((run, loop), [])
+            if spans and not opens:
+                spans[-1][1] = max(spans[-1][1], stop)
+            else:
+                spans.append([start, stop])
 
     def sample_step(self, run: str, loop: str, device: str, timeline: dict[str, Any]) -> None:
         with self.lock:
@@ -245,6 +263,8 @@ def run_op(task: OpTask, *args: Any) -> Any:
     raw = args[: task.n_inputs]
     if task.input_index:
         raw = tuple(x if i is None else x[i] for x, i in zip(raw, task.input_index))
+    if task.copies_of:  # a gathering op's markers follow its inputs
+        raw += args[task.n_inputs: len(task.copies_of)]
     return execute(task, runtime, worker, raw)
 
 
@@ -259,6 +279,8 @@ def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], s
     backend = runtime.backend
     at = task.step if step is None else step
     start = time.time()
+    if task.copies_of:
+        raw = _unless_failed(task, raw)
     failed = next((x for x in raw if isinstance(x, CopyFailed)), None)
     if failed is None and task.copies == "copy":
         failed = _copy_starts(task, runtime, worker)
@@ -311,6 +333,18 @@ def _after_failed(task: OpTask, runtime: Runtime, failed: CopyFailed, start: flo
     runtime.record(task.run, task.name, "copy-failed", runtime.config.name, start, now - start, 0,
                    error=failed.error if failed.op == task.name else f"not run: '{failed.op}' failed")
     return failed if task.outputs == 1 else tuple(failed for _ in range(task.outputs))
+
+
+def _unless_failed(task: OpTask, raw: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A gathering op's inputs without its markers, every input of a copy whose marker failed that failure:
+    a copy that failed after its metric was made is never selected, gathered or combined."""
+    n = task.n_inputs
+    failed: dict[int, CopyFailed] = {}
+    for marker, copy in zip(raw[n:], task.copies_of[n:]):
+        found = failure_in(marker)
+        if found is not None:
+            failed.setdefault(copy, found)
+    return tuple(x if isinstance(x, CopyFailed) else failed.get(copy, x) for x, copy in zip(raw[:n], task.copies_of))
 
 
 def _said(exc: Exception, task: OpTask) -> str:
@@ -368,6 +402,12 @@ def move(name: str, device: str, run: str, value: Any) -> Any:
 def token(*_: Any) -> None:
     """A control edge: done when its producer is, moving no data."""
     return None
+
+
+def copy_failed(value: Any, element: int = -1) -> CopyFailed | None:
+    """A sweep copy's last op, seen from its own device: its CopyFailed, or None (what a gathering op elsewhere
+    reads of it: no array moves). ``element``: the op's value is that element of a partition's tuple."""
+    return failure_in(value if element < 0 else value[element])
 
 
 def to_host(value: Any) -> Any:

@@ -63,13 +63,14 @@ class Mailbox:
         self._cond = threading.Condition()
         self._items: dict[tuple[str, Tag], Any] = {}
         self._aborted: dict[str, str] = {}
+        self._aborted_loops: dict[tuple[str, int], str] = {}  # one loop of a run: a sweep copy's that failed
         self.wakers: list[Callable[[], None]] = []  # called on abort: a thread polling links wakes at once
 
     def put(self, items: Sequence[tuple[str, Sequence[Any], Any]]) -> None:
         """Values arrived: ``(run, tag, value)`` each (the tag a list after the trip: msgpack has no tuples)."""
         with self._cond:
             for run, tag, value in items:
-                if run not in self._aborted:
+                if run not in self._aborted and (run, int(tag[0])) not in self._aborted_loops:
                     loop, step, ref = tag
                     self._items[(run, (int(loop), int(step), str(ref)))] = value
             self._cond.notify_all()
@@ -82,9 +83,9 @@ class Mailbox:
             with self._cond:
                 if key in self._items:
                     return self._items.pop(key)
-                if run in self._aborted:
-                    raise RunError(f"stopped waiting for '{tag[2]}' of step {tag[1]} from {sender}: "
-                                   f"{self._aborted[run]}")
+                why = self._aborted.get(run) or self._aborted_loops.get((run, tag[0]))
+                if why is not None:
+                    raise RunError(f"stopped waiting for '{tag[2]}' of step {tag[1]} from {sender}: {why}")
                 gone = links.gone(sender) if links is not None else None
                 if gone is not None:
                     raise RunError(f"'{tag[2]}' of step {tag[1]} cannot come from {sender}: {gone}")
@@ -116,8 +117,20 @@ class Mailbox:
         for wake in self.wakers:
             wake()
 
+    def abort_loop(self, run: str, loop: int, why: str) -> None:
+        """One loop of the run failed (a sweep's copy, which fails alone): wake its takers; the run goes on."""
+        with self._cond:
+            self._aborted_loops[(run, loop)] = why
+            for key in [k for k in self._items if k[0] == run and k[1][0] == loop]:
+                del self._items[key]
+            self._cond.notify_all()
+        for wake in self.wakers:
+            wake()
+
     def forget(self, run: str) -> None:
         with self._cond:
             self._aborted.pop(run, None)
+            for aborted in [k for k in self._aborted_loops if k[0] == run]:
+                del self._aborted_loops[aborted]
             for key in [k for k in self._items if k[0] == run]:
                 del self._items[key]

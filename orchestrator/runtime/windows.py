@@ -70,11 +70,13 @@ class WindowTask:
     loop_name: str = ""
     sample: int | None = None  # the first of two steps whose timelines this device records (the step picture)
     urgent: tuple[bool, ...] = ()  # per op: its sends go at once (the next step waits for them)
+    resumes: bool = False  # the first window after a decision step of a sweep's rule (the loop was paused there)
 
 
 def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
     """Run this device's ops for the window's steps; the states it carries and its metrics."""
     worker, runtime = _runtime()
+    began = time.time()
     outer = [a if not task.arg_index or task.arg_index[i] < 0 else a[task.arg_index[i]]
              for i, a in enumerate(args[:task.n_args])]
     del args
@@ -82,6 +84,7 @@ def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
     for step in range(task.start, window.last + 1):
         window.run_step(step)
     window.out.wait()  # the window ends once every value it sent is on its way
+    runtime.ran_window(task.run, task.loop_name, began, time.time(), task.first or task.resumes)
     carried = tuple(window.state[v] for v, rule in enumerate(task.states) if rule.update is not None)
     return carried + tuple(np.stack([np.asarray(x) for x in values]) for values in window.series)
 

@@ -85,7 +85,7 @@ class Loop:
     evaluation: Evaluation | None = None
     stopping: tuple[Stopping, ...] = ()
     batches: Batches | None = None
-    rungs: tuple[int, ...] = ()  # a halving sweep's rungs: its windows end there too (the driver decides)
+    rungs: tuple[int, ...] = ()  # a sweep rule's decision steps (halving, median): its windows end there too
     parent: str | None = None  # the loop whose step runs this one (None: a top-level loop); set by the spec stage
     children: tuple[str, ...] = ()  # the loops this one's step runs, directly
     scope: Scope = Scope()  # where the loop itself stands: the sweep copy that made it, the loop around it

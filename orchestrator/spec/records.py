@@ -20,7 +20,7 @@ from .loops import (Batches as Batches, Checkpoint as Checkpoint, Evaluation as 
                     StateVar as StateVar, Stopping as Stopping)
 from .refs import OpRef as OpRef
 from .scopes import TOP, Scope as Scope
-from .searches import Halving as Halving, Search as Search, SweepCopy as SweepCopy, Table as Table
+from .searches import Halving as Halving, Median as Median, Search as Search, SweepCopy as SweepCopy, Table as Table
 
 
 Position = tuple[int, int]

@@ -84,7 +84,7 @@ from .timeline import Held, schedule, scopes, timeline
 __all__ = ["plan_memory", "schedule"]
 
 
-_FINDINGS = frozenset({"memory", "memory-unknown", "halving"})  # the codes of what plan_memory finds
+_FINDINGS = frozenset({"memory", "memory-unknown", "halving", "median"})  # the codes of what plan_memory finds
 
 
 def plan_memory(plan: Plan, granularity: str = "partition") -> Plan:

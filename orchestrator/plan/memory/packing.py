@@ -76,22 +76,25 @@ def pack(plan: Plan, held: Mapping[str, Sequence[Held]], unknown: Mapping[str, S
 
 
 def halving_problems(plan: Plan) -> list[Diagnostic]:
-    """A halving sweep steps its copies' loops side by side: each must keep to one device.
+    """A sweep with a rule (halving, median) brings every copy's loop to each decision step before deciding, so
+    they are all in flight at once: each must keep to one device.
 
     A loop on two devices exchanges values between them every step; two such loops
     in flight at once could each hold one device while waiting for the other.
     """
     out = []
     for search in plan.spec.sweeps:
-        if search.halving is None:
+        rule = search.rule
+        if rule is None:
             continue
+        kind = "halving" if search.halving is not None else "median"
         for copy in search.copies:
-            loop = plan.spec.loop_index.get(search.halved_loop(copy) or "")
+            loop = plan.spec.loop_index.get(search.ruled_loop(copy) or "")
             devices = sorted({plan.placement(n).device_name for n in loop.body}) if loop is not None else []
             if len(devices) > 1:
                 out.append(plan.spec.document.diagnostic(
-                    "halving", search.halving.at, f"halving of sweep '{search.name}' steps its copies' loops side by "
-                    f"side, but copy {copy.index}'s loop '{search.halving.loop}' runs on {len(devices)} devices "
+                    kind, rule.at, f"{kind} of sweep '{search.name}' steps its copies' loops side by "
+                    f"side, but copy {copy.index}'s loop '{rule.loop}' runs on {len(devices)} devices "
                     f"({', '.join(devices)}): two such loops could each wait for the other's device",
                     "keep each copy's loop on one device (spread: gives each copy one)", key=True))
                 break

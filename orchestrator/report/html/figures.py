@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from ...errors import format_bytes
 from .lanes import FRAME_WIDTH, Row, device_rows, extent, time_zero
 from .steps import STEP_CSS, STEP_ROW_PX, STEP_TEXT_WIDTH, StepBars, path_bars, split_bars, step_words
+from .search import CurveLines, copy_bars, curve_lines
 from .view import DeviceView, OpView, RunView, TransferView
-from .words import HOST_NOT_MEASURED, op_timing, seconds, short_device, size_or_unknown
+from .words import op_timing, peak_label, round_bytes, seconds, short_device, size_or_unknown
 
 if TYPE_CHECKING:
     from bokeh.core.property.vectorization import Field
@@ -56,6 +57,7 @@ def page_html(view: RunView, template: str, variables: Mapping[str, str]) -> str
     if view.devices:
         roots.append(_memory(view))
     roots += _loop_steps(view)
+    roots += _searches(view)
     if not roots:
         roots.append(Div(text="<p>The report records no ops and no devices: nothing to draw.</p>"))
     layout = column(*roots, spacing=18)
@@ -243,7 +245,7 @@ def _memory_figure(devices: Sequence[DeviceView], high: int, floor: float) -> Fi
                  x_axis_label="bytes (log scale)")
     ticks = [2 ** (5 * k) for k in range(0, int(math.log2(high * 40) // 5) + 1)]
     fig.xaxis.ticker = FixedTicker(ticks=ticks)
-    fig.xaxis.major_label_overrides = {t: _round_bytes(t) for t in ticks}
+    fig.xaxis.major_label_overrides = {t: round_bytes(t) for t in ticks}
     axis = fig.yaxis[0]
     assert isinstance(axis, CategoricalAxis)
     axis.group_label_orientation = "horizontal"
@@ -251,14 +253,6 @@ def _memory_figure(devices: Sequence[DeviceView], high: int, floor: float) -> Fi
     axis.group_text_font_size = "11px"
     fig.ygrid.visible = False
     return fig
-
-
-def _peak_label(d: DeviceView, what: str, value: int | None) -> str:
-    if value is not None:
-        return f"{what} {format_bytes(value)}"
-    if what == "seen":
-        return HOST_NOT_MEASURED if d.backend == "host" else "not measured"
-    return "planned peak unknown"
 
 
 def _peak_bars(fig: Figure, devices: Sequence[DeviceView], floor: float) -> Any:
@@ -271,7 +265,7 @@ def _peak_bars(fig: Figure, devices: Sequence[DeviceView], floor: float) -> Any:
         "y": [(short_device(d.device), what) for d, what, _, _, _ in rows],
         "right": [max(value or 0, floor) for _, _, value, _, _ in rows],
         "colour": [colour for _, _, _, colour, _ in rows],
-        "label": [_peak_label(d, word, value) for d, _, value, _, word in rows],
+        "label": [peak_label(d, word, value) for d, _, value, _, word in rows],
         "device": [d.device for d, _, _, _, _ in rows],
         "limit": [size_or_unknown(d.limit_bytes) if d.limit_bytes is not None else "no limit"
                   for d, _, _, _, _ in rows],
@@ -303,15 +297,6 @@ def _limit_marks(fig: Figure, devices: Sequence[DeviceView], high: int) -> list[
                  text=["no limit" for _ in unlimited], text_baseline="middle", text_font_size="10px",
                  text_color=LIMIT_COLOUR)
     return items
-
-
-def _round_bytes(n: int) -> str:
-    """An axis tick in binary units without a needless decimal: ``32 KiB``, ``1 GiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:g} {unit}"
-        n //= 1024
-    raise AssertionError("unreachable")
 
 
 # --------------------------------------------------------------------------- loop steps
@@ -362,4 +347,34 @@ def _step_bars(bars: StepBars) -> Figure:
     # one entry per kind, from the bars' own "legend" column (bokeh groups it in the browser)
     fig.add_layout(Legend(items=[_legend_item(field("legend"), drawn)], location="top_left",
                           label_text_font_size="10px", spacing=0), "right")
+    return fig
+
+
+# --------------------------------------------------------------------------- searches
+
+
+def _searches(view: RunView) -> list[Model]:
+    """Per sweep: its copies by device and wave (a bar each, from its start to its stop), and its copies' curves
+    of the metric its rule watches."""
+    roots: list[Model] = []
+    for sweep in view.sweeps:
+        bars = copy_bars(sweep, time_zero(view))
+        if bars.rows:
+            roots.append(_step_bars(bars))
+        lines = curve_lines(sweep)
+        if lines.columns["xs"]:
+            roots.append(_curves(lines))
+    return roots
+
+
+def _curves(lines: CurveLines) -> Figure:
+    """A line per copy over the steps, hovered with the copy's values and how it ended."""
+    from bokeh.models import ColumnDataSource, HoverTool
+    from bokeh.plotting import figure
+
+    fig = figure(frame_width=FRAME_WIDTH, frame_height=280, title=lines.title, x_axis_label="step",
+                 y_axis_label=lines.metric, tools="pan,wheel_zoom,box_zoom,reset,save", toolbar_location="above")
+    drawn = fig.multi_line(xs="xs", ys="ys", line_color="colour", line_width=1.5, line_alpha=0.8,
+                           source=ColumnDataSource(data=lines.columns))
+    fig.add_tools(HoverTool(renderers=[drawn], tooltips=[("copy", "@label")]))
     return fig

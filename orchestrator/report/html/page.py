@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from ...errors import format_bytes
 from .figures import MAX_LABELS, page_html
 from .lanes import time_zero
+from .search import decision_table
 from .steps import TRANSPORT_SENTENCES
 from .view import RunView, parse_run_report, read_run_report
 from .words import HOST_NOT_MEASURED, plural, seconds, short_device, size_or_unknown
@@ -90,6 +91,11 @@ def _notes(view: RunView) -> str:
                      "their total bytes, not each message."
                      + (" The step pictures below show where a sampled step's time went, sends and transits "
                         "included." if any(loop.segments or loop.devices for loop in view.loop_steps) else ""))
+    if view.sweeps:
+        notes.append("Sweeps: each copy is a bar from its start to its stop on a row of its own, by device and wave "
+                     "(a copy with a training loop: from its loop's first window to its last; a copy its sweep's "
+                     "rule stopped ends at the step it stopped at). Below them, each copy's curve of the metric "
+                     "the rule watches, and the rule's decisions in a table under the pictures.")
     untimed = [o for o in view.ops if o.start is None]
     if untimed:
         notes.append(f"{plural(len(untimed), 'op')} with no worker record (loop states and results the driver "
@@ -124,7 +130,7 @@ def _tables(view: RunView) -> str:
             f"<td class=n>{_e(seconds(o.duration) if o.duration is not None else '-')}</td>"
             f"<td class=n>{_e(size_or_unknown(o.output_bytes) if o.output_bytes is not None else '-')}</td>"
             f"<td>{_e(o.note or o.why)}</td></tr>")
-    return ("<section><h2>Devices</h2><table class=grid><tr><th>device</th><th>backend</th><th>ops</th>"
+    return ("<section>" + "".join(decision_table(sweep) for sweep in view.sweeps) + "<h2>Devices</h2><table class=grid><tr><th>device</th><th>backend</th><th>ops</th>"
             "<th>busy (op time summed)</th><th>planned peak</th><th>peak seen</th><th>limit</th></tr>\n"
             + "\n".join(device_rows) + "</table>"
             "<h2>Ops</h2><table class=grid><tr><th>op</th><th>kind</th><th>device</th><th>runs</th>"
@@ -146,6 +152,7 @@ _STYLE = """
   table.grid th, table.grid td { border-bottom: 1px solid #e3e3e3; padding: 3px 10px 3px 0; text-align: left; }
   table.grid td.n { text-align: right; font-variant-numeric: tabular-nums; }
   code { font-size: 12px; }
+  table.decisions td.stopped { color: #999; } table.decisions td.kept { color: #222; }
 </style>
 """ % {"width": PAGE_WIDTH + 40}
 

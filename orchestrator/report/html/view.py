@@ -97,6 +97,42 @@ class LoopStepsView:
 
 
 @dataclass(frozen=True)
+class CopyView:
+    """One copy of a sweep: where, in which wave and when it ran, how it ended, its metric curves."""
+
+    index: int
+    values: str  # its parameters in words: "lr=0.1, width=16"
+    device: str
+    wave: int
+    start: float | None
+    stop: float | None
+    status: str  # finished, stopped (by the sweep's rule), failed, reused, not run
+    stopped_at_step: int | None
+    curves: tuple[tuple[str, tuple[float, ...], tuple[float, ...]], ...]  # (metric, steps, values: NaN for none)
+    spans: tuple[tuple[float, float], ...] = ()  # when it ran, when its sweep's rule paused it between
+
+
+@dataclass(frozen=True)
+class DecisionView:
+    """A decision of a sweep's rule: per copy (index, value at the step, best so far or NaN, kept, reference)."""
+
+    number: int
+    step: int
+    median: float | None
+    rows: tuple[tuple[int, float, float, bool, bool], ...]
+
+
+@dataclass(frozen=True)
+class SweepView:
+    name: str
+    rule: str  # halving, median, or "" (no rule)
+    loop: str  # the body's loop its rule watches ("" without a rule)
+    metric: str  # the metric of that loop it watches
+    copies: tuple[CopyView, ...]
+    decisions: tuple[DecisionView, ...]
+
+
+@dataclass(frozen=True)
 class RunView:
     """The fields of a run report the page shows, checked."""
 
@@ -119,6 +155,7 @@ class RunView:
     unverified: tuple[str, ...]
     transport: str = ""  # how loop windows' values went between workers; "" in reports without gang loops
     loop_steps: tuple[LoopStepsView, ...] = ()  # none in older reports and runs without gang loops
+    sweeps: tuple[SweepView, ...] = ()  # none in runs without sweeps
 
     def device_order(self) -> list[str]:
         """The report's devices in its order, then any device only an op or a transfer names."""
@@ -261,7 +298,46 @@ def _parse(top: _Fields) -> RunView:
         unverified=tuple(str(d) for d in top.items("unverified", optional=True)),
         transport=top.text("transport", ""),
         loop_steps=tuple(_loop_steps(key, steps.mapping(key)) for key in steps.data),
+        sweeps=tuple(_sweep(key, top.mapping("sweeps").mapping(key)) for key in top.mapping("sweeps").data),
     )
+
+
+def _sweep(name: str, f: _Fields) -> SweepView:
+    rule = f.mapping("rule")
+    decisions = f.items("rungs" if rule.data.get("kind") == "halving" else "median", optional=True)
+    return SweepView(name, rule.text("kind", ""), rule.text("loop", ""), rule.text("metric", ""),
+                     tuple(_copy(_Fields(item, f"{f.where}.copies[{i}]")) for i, item in enumerate(f.items("copies"))),
+                     tuple(_decision(_Fields(item, f"{f.where}.decisions[{i}]")) for i, item in enumerate(decisions)))
+
+
+def _copy(f: _Fields) -> CopyView:
+    curves = []
+    for i, item in enumerate(f.items("curves", optional=True)):
+        curve = _Fields(item, f"{f.where}.curves[{i}]")
+        curves.append((curve.text("metric"), tuple(_loose(s) for s in curve.items("steps")),
+                       tuple(_loose(v) for v in curve.items("values"))))
+    values = f.mapping("params")
+    return CopyView(f.count("index") or 0, ", ".join(f"{k}={v}" for k, v in values.data.items()), f.text("device"),
+                    f.count("wave", optional=True) or 0, f.number("start", optional=True),
+                    f.number("stop", optional=True), f.text("status", ""),
+                    f.count("stopped_at_step", optional=True), tuple(curves),
+                    tuple((_loose(a), _loose(b)) for a, b in f.items("spans", optional=True)))
+
+
+def _decision(f: _Fields) -> DecisionView:
+    rows = []
+    for i, item in enumerate(f.items("copies")):
+        row = _Fields(item, f"{f.where}.copies[{i}]")
+        rows.append((row.count("copy") or 0, _loose(row.data.get("value")), _loose(row.data.get("best")),
+                     bool(row.data.get("kept")), bool(row.data.get("reference"))))
+    median = _loose(f.data.get("median"))
+    return DecisionView(f.count("rung", optional=True) or f.count("decision", optional=True) or 0,
+                        f.count("step") or 0, None if math.isnan(median) else median, tuple(rows))
+
+
+def _loose(value: object) -> float:
+    """A number of the report that may be missing or not a number (a NaN metric): NaN then."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
 
 def _op(f: _Fields) -> OpView:

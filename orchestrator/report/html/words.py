@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...errors import format_bytes
-from .view import OpView
+from .view import DeviceView, OpView
 
 HOST_NOT_MEASURED = "not measured (host memory is Dask's)"
 
@@ -45,3 +45,20 @@ def op_timing(op: OpView, origin: float) -> str:
                 f"the bar is their summed time drawn from the first run, not when they ran")
     return f"{took} from {at}"
 
+
+def peak_label(d: DeviceView, what: str, value: int | None) -> str:
+    """A device's peak in words: planned, seen, or why it is unknown."""
+    if value is not None:
+        return f"{what} {format_bytes(value)}"
+    if what == "seen":
+        return HOST_NOT_MEASURED if d.backend == "host" else "not measured"
+    return "planned peak unknown"
+
+
+def round_bytes(n: int) -> str:
+    """An axis tick in binary units without a needless decimal: ``32 KiB``, ``1 GiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:g} {unit}"
+        n //= 1024
+    raise AssertionError("unreachable")

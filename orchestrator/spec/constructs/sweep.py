@@ -22,10 +22,10 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from ...errors import YamlPath
-from ..records import Op, OpRef, Scope
-from ..searches import Search, SweepCopy, Table
+from ..records import Loop, Op, OpRef, Scope
+from ..searches import Gathering, Search, SweepCopy, Table
 from .base import Chain, Expander, Resolver
-from .halving import read_halving
+from .halving import read_rules
 from .space import MAX_COPIES, SpaceReader, copy_id, substitute_copy
 
 COMBINE_KIND = {"add_n": "add_n", "mean": "mean_n", "concat": "concat"}
@@ -60,13 +60,16 @@ class Sweep:
         numbers = [p for p in copies[0] if all(is_number(c[p]) for c in copies)]
         body = spec["body"]
         local = ex.local_names(body) | set(numbers)
-        halving = read_halving(ex, spec, spath, name)
-        records = []
+        halving, median = read_rules(ex, spec, spath, name, len(copies))
+        rule = halving or median
+        records: list[SweepCopy] = []
+        spans: list[tuple[SweepCopy, int, int]] = []  # each copy's ops: ex.ops[first:end]
         for i, values in enumerate(copies):
             copy_prefix = f"{name}/{i}/"
             copy_chain = chain + ((devices[i % len(devices)],) if devices else ())
             copy_scope = replace(ex.scope, sweep=name, copy=i, indices=(*ex.scope.indices, i),
                                  copies=(*ex.scope.copies, (name, i)))
+            first = len(ex.ops)
             for param in numbers:
                 ex.ops.append(Op(copy_prefix + param, "constant", (), {"value": values[param]},
                                  self.value_path(spec, spath, i, param), device_chain=copy_chain, group=name,
@@ -78,16 +81,26 @@ class Sweep:
             with ex.within(sweep=name, copy=i, indices=copy_scope.indices, copies=copy_scope.copies, part="body"):
                 ex.items(copy_body, (*spath, "body"), copy_prefix, copy_chain,
                          ex.scoped(copy_prefix, local, {}, resolve), name)
-            if halving is not None:  # the copy's loop's windows end at the rungs, where the driver decides
-                ex.loops[made:] = [replace(lp, rungs=halving.rungs) if lp.name == copy_prefix + halving.loop else lp
+            if rule is not None and rule.steps:  # the copy's loop's windows end where the driver decides
+                ex.loops[made:] = [replace(lp, rungs=rule.steps) if lp.name == copy_prefix + rule.loop else lp
                                    for lp in ex.loops[made:]]
-            records.append(SweepCopy(i, copy_id(values), values, copy_prefix))
+            records.append(SweepCopy(i, copy_id(values), values, copy_prefix,
+                                     last_ops(ex.ops[first:], ex.loops[made:]), top_loops(ex.loops[made:])))
+            spans.append((records[-1], first, len(ex.ops)))
+        first_gathering = len(ex.ops)
         self.select(ex, spec, spath, name, chain, local, numbers, copies)
         self.gather(ex, spec, spath, name, chain, local, len(copies))
         self.combine(ex, spec, spath, name, chain, local, numbers, copies)
         table = self.table(ex, spec, spath, name, local, len(copies), chain)
+        # the gathering ops wait for every copy's last ops, and learn from them which copies failed
+        waits = tuple(op for record in records for op in record.last)
+        ex.ops[first_gathering:] = [replace(op, after=op.after + waits) for op in ex.ops[first_gathering:]]
+        of_copy = {op.name: record.index for record, first, end in spans for op in ex.ops[first:end]}
+        of_copy.update({op: record.index for record in records for op in record.last})
+        marks = tuple(Gathering(op.name, tuple(of_copy.get(ref.op, -1) for ref in op.inputs) +
+                                tuple(of_copy.get(a, -1) for a in op.after)) for op in ex.ops[first_gathering:])
         ex.searches.append(Search(name, tuple(copies[0]), tuple(records), spath, table, self.selected(spec),
-                                  bool(spec.get("allow_failures", False)), halving))
+                                  bool(spec.get("allow_failures", False)), halving, median, marks))
 
     @staticmethod
     def value_path(spec: Mapping[str, Any], spath: YamlPath, i: int, param: str) -> YamlPath:
@@ -203,6 +216,19 @@ class Sweep:
         copies = space_size(spec)
         extra = len(spec.get("gather") or {}) + len(spec.get("combine") or {})
         return copies * (items(spec["body"]) + len(_params_written(spec))) + 1 + len(spec["body"]) + extra
+
+
+def last_ops(ops: Sequence[Op], loops: Sequence[Loop]) -> tuple[str, ...]:
+    """The ops of one copy (``ops``, its loops ``loops``) that no other op of the copy reads, outside the loops'
+    steps (a loop's failure reaches its results, ``LOOP.state`` and ``LOOP.metric``, which the driver makes)."""
+    stepped = {name for loop in loops for name in (*loop.body, *loop.evaluated)}
+    read = {ref.op for op in ops for ref in op.inputs} | {name for op in ops for name in op.after}
+    return tuple(op.name for op in ops if op.name not in stepped and op.name not in read)
+
+
+def top_loops(loops: Sequence[Loop]) -> tuple[str, ...]:
+    """The loops of one copy that no other of them holds (a loop's body names start with its name and '/')."""
+    return tuple(lp.name for lp in loops if not any(lp.name.startswith(o.name + "/") for o in loops if o is not lp))
 
 
 def _params_written(spec: Mapping[str, Any]) -> list[str]:

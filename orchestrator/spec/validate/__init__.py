@@ -45,6 +45,7 @@ from .graph import (
 )
 from .checkpoints import check_checkpoints
 from .loops import check_loops
+from .searches import settle_rules
 from .training import settle_loops
 from .names import check_name_keys, once_per_copy
 from .numbers import check_finite_settings
@@ -103,22 +104,23 @@ def _validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
         c.error("cycle", by_name[cycle[0]].path, f"the graph has a cycle: {' -> '.join(cycle)}",
                 "an op cannot depend on itself, directly or through others")
     values = infer_values(c, order, by_name) if not cycles else {}
-    loops = list(expansion.loops)
+    loops, searches = list(expansion.loops), list(expansion.searches)
     if not cycles:  # the first point where split lengths are known; the spec carries the weights from here
         loops, order, changed = settle_loops(c, loops, order, values)
         if changed:  # steps counted in epochs: the series and batches they size are known only now
             by_name = {op.name: op for op in order}
             values = infer_values(Checker(doc), order, by_name)
         order = settle_weights(c, order, values)
+        loops, searches = settle_rules(c, loops, searches)
     check_loops(c, loops, values)
     check_devices(c, ops, cluster, placement)
     check_rules(c, ops, placement)
     check_checkpoints(c, loops)
-    outputs = check_outputs(c, data, by_name, run, values, expansion.searches, loops)
+    outputs = check_outputs(c, data, by_name, run, values, searches, loops)
     diags = sorted(once_per_copy(c.diags), key=lambda d: (d.severity != "error", d.line, d.column))
     if any(d.is_error for d in diags):
         return None, diags
     spec = Spec(doc, str(data.get("name") or os.path.splitext(os.path.basename(doc.file))[0]), cluster, placement,
                 tuple(order), values, outputs, tuple(loops), run, bool(data.get("cache", False)),
-                expansion.cache_scopes, sweeps=expansion.searches)
+                expansion.cache_scopes, sweeps=tuple(searches))
     return spec, diags
