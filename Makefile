@@ -10,6 +10,10 @@ STAMP := $(VENV)/.installed
 # extra and the build backend, bench.lock the same plus the bench extra. The
 # ranges in pyproject.toml are for people who install the library; test-lowest
 # and test-latest check that they are true.
+# Installs compile bytecode (--compile-bytecode), and the tests compile the
+# package first: where PYTHONDONTWRITEBYTECODE is set (CI machines), every
+# process (each worker, each command a test runs) otherwise compiled Dask,
+# NumPy and this package from source again: seconds per cluster.
 TOOLS_LOCK := requirements/tools.lock
 DEV_LOCK := requirements/dev.lock
 BENCH_LOCK := requirements/bench.lock
@@ -26,14 +30,15 @@ $(UV): $(BIN)/python $(TOOLS_LOCK)
 # --no-build-isolation: the editable install is built with the locked setuptools,
 # not with whatever setuptools is newest today.
 $(STAMP): $(UV) $(DEV_LOCK) pyproject.toml
-	$(UV) pip install --quiet --python $(BIN)/python --require-hashes -r $(DEV_LOCK)
-	$(UV) pip install --quiet --python $(BIN)/python --no-deps --no-build-isolation -e .
+	$(UV) pip install --quiet --compile-bytecode --python $(BIN)/python --require-hashes -r $(DEV_LOCK)
+	$(UV) pip install --quiet --compile-bytecode --python $(BIN)/python --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/orchestrate run examples/quickstart.yaml --report examples/results/quickstart-run.json
 
 test: $(STAMP)
+	$(BIN)/python -m compileall -q orchestrator
 	$(BIN)/python -m pytest -q
 
 # mypy --strict on the package (mypy.ini) and the import contracts (.importlinter)
@@ -57,19 +62,21 @@ lock: $(UV)
 test-lowest: $(UV)
 	rm -rf build/venv-lowest
 	$(UV) venv --quiet --seed --python $(PYTHON) build/venv-lowest
-	$(UV) pip install --quiet --python build/venv-lowest/bin/python --resolution lowest-direct -e '.[dev]'
+	$(UV) pip install --quiet --compile-bytecode --python build/venv-lowest/bin/python --resolution lowest-direct -e '.[dev]'
+	build/venv-lowest/bin/python -m compileall -q orchestrator
 	build/venv-lowest/bin/python -m pytest -q -p no:cacheprovider
 
 test-latest: $(UV)
 	rm -rf build/venv-latest
 	$(UV) venv --quiet --seed --python $(PYTHON) build/venv-latest
-	$(UV) pip install --quiet --python build/venv-latest/bin/python --refresh --upgrade -e '.[dev]'
+	$(UV) pip install --quiet --compile-bytecode --python build/venv-latest/bin/python --refresh --upgrade -e '.[dev]'
+	build/venv-latest/bin/python -m compileall -q orchestrator
 	build/venv-latest/bin/python -m pytest -q -p no:cacheprovider
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
 $(BENCH_STAMP): $(STAMP) $(BENCH_LOCK)
-	$(UV) pip install --quiet --python $(BIN)/python --require-hashes -r $(BENCH_LOCK)
+	$(UV) pip install --quiet --compile-bytecode --python $(BIN)/python --require-hashes -r $(BENCH_LOCK)
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
@@ -84,7 +91,7 @@ wheel-check: $(STAMP)
 	rm -rf dist $(WHEEL_VENV) build/wheel-run
 	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w dist .
 	$(PYTHON) -m venv $(WHEEL_VENV)
-	$(UV) pip install --quiet --python $(WHEEL_VENV)/bin/python dist/orchestrator-*.whl --constraints $(DEV_LOCK)
+	$(UV) pip install --quiet --compile-bytecode --python $(WHEEL_VENV)/bin/python dist/orchestrator-*.whl --constraints $(DEV_LOCK)
 	mkdir -p build/wheel-run
 	cd build/wheel-run && ../wheel-venv/bin/orchestrate run $(CURDIR)/examples/quickstart.yaml --output-dir .
 	cd build/wheel-run && ../wheel-venv/bin/orchestrate worker $(CURDIR)/examples/towers.yaml --job localhost --task 0 --dask-commands
