@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -100,7 +101,7 @@ def _refuse_clashes(command: str, reads: Sequence[PathUse], writes: Sequence[Pat
 
 
 def _write_dot(target: str, dot_source: str) -> None:
-    suffix = target.rsplit(".", 1)[-1].lower() if "." in target else ""
+    suffix = os.path.splitext(target)[1].removeprefix(".").lower()
     if suffix not in ("svg", "png"):
         write_text(target, dot_source)
         return

@@ -33,49 +33,33 @@ from ..devices import ANY, DeviceSpec
 from .dask_keys import KeyNamer, TaskNames
 from .records import CompiledGraph, Located
 from ..plan.records import Partition, Plan
-from ..spec.records import OpRef
+from ..spec.records import Op, OpRef
 from ..ops import lookup
 from ..runtime import OpTask, PartitionTask, copy_failed, move, resources_for, run_op, run_partition, slot_resources, \
     to_host
 from ..runtime import token as control_token
 
 
-def copy_roles(plan: Plan) -> Mapping[str, str]:
-    """Op -> ``copy`` (an op of a sweep's copy, outside its loops: it fails alone) or ``gather`` (the sweep's
-    select, pick, gather, combine and table: they read failed copies). Worked out once per plan."""
-    return _roles(plan)[0]
+def copy_role(op: Op) -> str:
+    """``copy`` for an op of a sweep's copy outside its loops (it fails alone: a CopyFailed goes on in its place),
+    ``gather`` for a sweep's select, pick, gather, combine and table (they read failed copies), else ``""``:
+    from the op's scope, which the spec stage decided."""
+    scope = op.scope
+    if scope.copies and scope.role not in ("step", "state"):
+        return "copy"
+    return "gather" if scope.part == "gathering" else ""
 
 
-def copy_sweeps(plan: Plan) -> Mapping[str, str]:
-    """Op of a sweep's copy (outside its loops, as :func:`copy_roles` says ``copy``) -> the sweep's name."""
-    return _roles(plan)[1]
+def copy_sweeps(plan: Plan) -> dict[str, str]:
+    """Op of a sweep's copy (as :func:`copy_role` says ``copy``) -> the outermost sweep whose copy made it."""
+    return {op.name: op.scope.copies[0][0] for op in plan.spec.ops if copy_role(op) == "copy"}
 
 
-def _roles(plan: Plan) -> tuple[dict[str, str], dict[str, str]]:
-    found: tuple[dict[str, str], dict[str, str]] | None = plan.__dict__.get("_copy_roles")
-    if found is None:
-        roles: dict[str, str] = {}
-        sweeps: dict[str, str] = {}
-        in_loops = {name for loop in plan.spec.loops for name in loop.body}
-        for search in plan.spec.sweeps:
-            for op in plan.spec.ops:
-                if op.name.startswith(search.name + "/") and op.name not in in_loops:
-                    roles[op.name] = "copy"
-                    sweeps[op.name] = search.name
-                elif op.name.startswith(search.name + ".") and op.group == search.name:
-                    roles[op.name] = "gather"
-        found = plan.__dict__["_copy_roles"] = (roles, sweeps)
-    return found
-
-
-def copy_marks(plan: Plan) -> Mapping[str, tuple[int, ...]]:
+def copy_marks(plan: Plan) -> dict[str, tuple[int, ...]]:
     """A sweep's gathering op -> the copy of each of its inputs, then of each op it waits for (its ``after``: the
-    copies' last ops, whose markers tell the worker which copies failed). Worked out once per plan."""
-    marks: dict[str, tuple[int, ...]] | None = plan.__dict__.get("_copy_marks")
-    if marks is None:  # (a pick nothing reads is pruned: not in the spec's ops)
-        marks = {g.op: g.copies for search in plan.spec.sweeps for g in search.gathering if g.op in plan.spec.op_index}
-        plan.__dict__["_copy_marks"] = marks
-    return marks
+    copies' last ops, whose markers tell the worker which copies failed)."""
+    # (a pick nothing reads is pruned: not in the spec's ops)
+    return {g.op: g.copies for search in plan.spec.sweeps for g in search.gathering if g.op in plan.spec.op_index}
 
 
 def thread_slots(plan: Plan) -> tuple[dict[str, float], dict[str, int]]:
@@ -93,10 +77,13 @@ def thread_slots(plan: Plan) -> tuple[dict[str, float], dict[str, int]]:
     copy_slots: dict[str, float] = {}
     if not gpu_slots:
         return copy_slots, gpu_slots
-    for packing, search in zip(plan.packing, plan.spec.sweeps):
+    for search in plan.spec.sweeps:
+        packing = plan.packing_of(search.name)
+        if packing is None:
+            continue
         for p in plan.placements:
-            copy = search.copy_of(p.op)
-            slot = packing.copies[copy.index] if copy is not None else None
+            index = plan.spec.op(p.op).scope.copy_in(search.name)
+            slot = packing.copies[index] if index is not None else None
             if slot is not None and slot.device == p.device_name and p.device_name in gpu_slots:
                 copy_slots[p.op] = slot.slots
     return copy_slots, gpu_slots
@@ -140,6 +127,7 @@ class GraphBuilder:
         self.readers = readers if readers is not None else op_readers(plan)
         self._resources_of: dict[DeviceSpec, Mapping[str, float]] = {}
         self.copy_slots, self.gpu_slots = thread_slots(plan)
+        self.marks = copy_marks(plan)  # a sweep's gathering ops: the copy of each input and marker
         self.default_timeout, self.log = plan.spec.run.timeout, plan.spec.placement.log
 
     def add(self, key: str, task: Any, device: DeviceSpec, op: str, n_retries: int) -> None:
@@ -209,7 +197,7 @@ class GraphBuilder:
         arrivals = [self.arrive(resolve(ref), ref, device, n_retries) for ref in op.inputs]
         args = [TaskRef(key) for key, _ in arrivals]
         indices = tuple(index for _, index in arrivals)
-        marked = op_name in copy_marks(self.plan)
+        marked = op_name in self.marks
         for name in op.after:  # one token task per producer, even on the same device (as op graphs always had)
             if marked:  # a copy's last op: whether it failed, read beside it
                 args.append(TaskRef(self.marker(name, resolve, None, suffix)[0]))
@@ -278,12 +266,12 @@ class GraphBuilder:
                     wire = (False, slot, -1)
                 row.append(wire)
                 last_reader[(wire[0], wire[1])] = j
-            if name in copy_marks(self.plan):  # a gathering op: each copy's last op as a marker after its inputs
+            if name in self.marks:  # a gathering op: each copy's last op as a marker after its inputs
                 row += [self.marker_wire(producer, local, resolve, device, suffix, arg_of, args, arg_index)
                         for producer in op.after]
                 last_reader.update({(wire[0], wire[1]): j for wire in row[len(op.inputs):]})
             wires.append(row)
-            for producer in op.after if name not in copy_marks(self.plan) else ():
+            for producer in op.after if name not in self.marks else ():
                 if producer not in local:
                     controls.append(TaskRef(self.done(producer, completes(producer), device, suffix)))
         n_args = len(args)
@@ -334,7 +322,7 @@ class GraphBuilder:
             op.name, op.kind, params, len(op.inputs), self.token, step, op.input_keys,
             op.timeout if op.timeout is not None else self.default_timeout, self.log,
             self.base_dir if needs_dir else "", op.outputs, indices if indices.count(None) != len(indices) else (),
-            copy_roles(self.plan).get(op.name, ""), op.scope.indices, copy_marks(self.plan).get(op.name, ()))
+            copy_role(op), op.scope.indices, self.marks.get(op.name, ()))
 
     def to_host(self, value: Located, ref: OpRef) -> str:
         value = self.materialize(value, ref)

@@ -144,17 +144,15 @@ class CacheUse:
 
 def outermost_loop(spec: Spec, name: str) -> str:
     """The outermost loop an op belongs to (its body or its exports), or "" (its cache record is the loop's)."""
-    for loop in spec.loops:
-        if name.startswith((loop.name + "/", loop.name + ".")) and not any(
-                loop.name.startswith(other.name + "/") for other in spec.loops):
-            return loop.name
-    return ""
+    loop = spec.outermost_loop(name)
+    return loop.name if loop is not None else ""
 
 
 __all__ = ["CacheUse", "default_directory", "outermost_loop"]
 
 
 def _is_export(plan: Plan, name: str, loops: set[str]) -> bool:
-    return name.rpartition(".")[0] in loops
+    op = plan.spec.op_index.get(name)
+    return op is not None and op.scope.role == "export" and op.scope.loop in loops
 
 

@@ -61,7 +61,7 @@ def place_hits(staged: Staged, cache: CacheUse) -> None:
             future = staged.submitter.scatter(value, staged.plan.placement(export).device)
             staged.held[future.key] = future
             staged.known[export] = staged.done[export] = Located(future.key, staged.plan.placement(export).device)
-        finished = set(loop.body + loop.evaluated) | {o.name for o in spec.ops if o.name.startswith(loop.name + ".")}
+        finished = set(loop.body + loop.evaluated + spec.loop_exports(loop))
         staged.known_ops |= finished
         for op in finished:
             staged.notes[op] = f"loop '{loop.name}' {cache.record(loop.name)}"

@@ -53,12 +53,6 @@ def _writes_files(plan: Plan, name: str) -> bool:
     return definition is not None and bool(definition.writes)
 
 
-def _parent(loop: Loop, loops: Sequence[Loop]) -> str | None:
-    """The innermost loop holding ``loop`` (its body names start with that loop's name and '/')."""
-    holders = [other.name for other in loops if other is not loop and loop.name.startswith(other.name + "/")]
-    return max(holders, key=len) if holders else None
-
-
 @dataclass
 class StagedRun:
     """One staged run of a plan with loops; ``notes`` says which ops the driver resolved itself."""
@@ -94,7 +88,7 @@ class StagedRun:
 
     def run(self) -> dict[str, Any]:
         spec = self.plan.spec
-        self.parent = {loop.name: _parent(loop, spec.loops) for loop in spec.loops}
+        self.parent = {loop.name: loop.parent for loop in spec.loops}
         self.readers: dict[str, set[str]] = {}
         for p in self.plan.placements:
             for dep in self.deps(p.op):
@@ -129,11 +123,10 @@ class StagedRun:
         """The ops a scope runs itself (the top level, or one loop's body), without its loops' bodies."""
         spec = self.plan.spec
         inner = [lp for lp in spec.loops if self.parent[lp.name] == (loop.name if loop else None)]
-        taken = {name for lp in inner for name in lp.body + lp.evaluated} | {o.name for lp in inner for o in spec.ops
-                                                             if o.name.startswith(lp.name + ".")}
+        taken = {name for lp in inner for name in lp.body + lp.evaluated + spec.loop_exports(lp)}
         if loop is None:
             in_loops = {name for lp in spec.loops for name in lp.body + lp.evaluated}
-            exports = {o.name for lp in spec.loops for o in spec.ops if o.name.startswith(lp.name + ".")}
+            exports = {name for lp in spec.loops for name in spec.loop_exports(lp)}
             mine = [p.op for p in self.plan.placements if p.op not in in_loops and p.op not in exports]
         else:
             placeholders = {var.placeholder for var in loop.state}
@@ -176,8 +169,7 @@ class StagedRun:
             else:
                 self.run_loop(next_loop, 0 if step is None else step * next_loop.steps)
             for member in group or [next_loop]:
-                finished = set(member.body + member.evaluated) | {o.name for o in spec.ops
-                                                                  if o.name.startswith(member.name + ".")}
+                finished = set(member.body + member.evaluated + spec.loop_exports(member))
                 done |= finished
                 self.known_ops |= finished
 
@@ -243,7 +235,7 @@ class StagedRun:
         state, begin = training.resume(state)
         carried = dict(state.carried)
         placeholders = {var.placeholder: var for var in loop.state}
-        scope = {o.name for o in self.plan.spec.ops if o.name.startswith(loop.name + "/")}  # with inner loops
+        scope = self.plan.spec.inside(loop)  # with inner loops
         for step in range(begin, loop.steps):
             before = set(self.held)
             # every op of the body runs again this step: forget where last step's values were

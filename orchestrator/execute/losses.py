@@ -204,9 +204,8 @@ class Losses:
         self.tolerant = {op for op, sweep in sweeps.items() if sweep in tolerant}
         self.gathering = {op.name for op in self.plan.spec.ops if op.group in tolerant and op.name not in sweeps}
         self.kept: dict[str, Any] = {}  # key -> future: copies' values held while the run lasts (see asked)
-        self.loop_of: dict[str, str] = {}
-        for loop in sorted(self.plan.spec.loops, key=lambda lp: -len(lp.body)):  # the innermost last: it wins
-            self.loop_of.update({name: loop.name for name in loop.body})
+        self.loop_of = {op.name: op.scope.loop for op in self.plan.spec.ops  # a step's op: its innermost loop
+                        if op.scope.loop is not None and op.scope.role in ("step", "state")}
 
     def asked(self, compiled: CompiledGraph, wanted: list[str]) -> list[str]:
         """The keys to ask Dask for: ``wanted``, and the values of copies of sweeps that allow failures which

@@ -39,12 +39,16 @@ def with_sweeps(plan: Plan, report: RunReport, values: dict[str, Any], outcomes:
     seen = {d.device: d.peak_bytes_seen for d in report.devices}
     sweeps: dict[str, Any] = {}
     tables: dict[str, str] = {}
-    for search, packing in zip(plan.spec.sweeps, plan.packing):
+    for search in plan.spec.sweeps:
+        packing = plan.packing_of(search.name)
+        if packing is None:
+            continue
         own: dict[int, list[OpRecord]] = {}  # each copy's op records, in one pass
         for record in report.ops:
-            copy = search.copy_of(record.name)
-            if copy is not None:
-                own.setdefault(copy.index, []).append(record)
+            op = plan.spec.op_index.get(record.name)
+            index = op.scope.copy_in(search.name) if op is not None else None
+            if index is not None:
+                own.setdefault(index, []).append(record)
         outcome = searches.get(search.name, SearchOutcome())
         stepped = _stepped(plan, search)
         loops = {}  # each copy's loops that ended early by their own rule, and how

@@ -278,14 +278,12 @@ def published(plan: Plan, parts: Sequence[Partition], wanted: Collection[str] = 
             if source is not None and source != here:
                 needed.setdefault(source, set()).add(str(ref))
     for text in wanted:
-        op_name = text.rpartition(":")[0] if text.rpartition(":")[2].isdigit() else text
-        source = home.get(op_name)
+        source = home.get(OpRef.parse(text).op)
         if source is not None:
             needed.setdefault(source, set()).add(text)
     out: dict[int, tuple[str, ...]] = {}
     for part in parts:
         refs = needed.get(part.index, set())
         order = {name: i for i, name in enumerate(part.ops)}
-        out[part.index] = tuple(sorted(refs, key=lambda r: (order[r.rpartition(":")[0] if r.rpartition(":")[2].isdigit()
-                                                                  else r], r)))
+        out[part.index] = tuple(sorted(refs, key=lambda r: (order[OpRef.parse(r).op], r)))
     return out

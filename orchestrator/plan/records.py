@@ -184,6 +184,14 @@ class Plan:
     def placement_index(self) -> dict[str, Placement]:
         return {p.op: p for p in self.placements}
 
+    def packing_of(self, sweep: str) -> SweepPacking | None:
+        """How sweep ``sweep``'s copies are packed (None before the memory plan packs them)."""
+        return self.packing_index.get(sweep)
+
+    @functools.cached_property
+    def packing_index(self) -> dict[str, SweepPacking]:
+        return {packing.name: packing for packing in self.packing}
+
     @property
     def planned_tasks(self) -> TaskPlan:
         if self.tasks is None:  # a plan straight from place(): compiling it would have to guess

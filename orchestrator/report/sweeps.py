@@ -5,15 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import format_bytes
+from ..devices import DeviceSpec
+from ..errors import DeviceSpecError, format_bytes
 from ..plan.records import Plan
 
 
 def short_device(name: str) -> str:
     """``/job:w/replica:0/task:1/device:GPU:0`` as ``w/1/GPU:0``: a table of copies stays readable."""
-    parts = dict(part.split(":", 1) for part in name.strip("/").split("/") if ":" in part)
-    kind = parts.get("device", "?")
-    return f"{parts.get('job', '?')}/{parts.get('task', '?')}/{kind}"
+    try:
+        device = DeviceSpec.parse(name)
+    except DeviceSpecError:  # not a device (a report of another tool's): as written
+        return name
+    return f"{device.job or '?'}/{'?' if device.task is None else device.task}/{device.short() or '?'}"
 
 
 def _values(values: Mapping[str, Any]) -> str:
@@ -23,7 +26,10 @@ def _values(values: Mapping[str, Any]) -> str:
 def packing_lines(plan: Plan) -> list[str]:
     """Per sweep: each device's copies at once and why, then a row per copy (its id, values, device, wave)."""
     lines: list[str] = []
-    for packing, search in zip(plan.packing, plan.spec.sweeps):
+    for search in plan.spec.sweeps:
+        packing = plan.packing_of(search.name)
+        if packing is None:
+            continue
         lines.append(f"sweep '{search.name}': {len(search.copies)} copies on {len(packing.devices)} device"
                      f"{'s' if len(packing.devices) != 1 else ''}")
         for d in packing.devices:
@@ -55,7 +61,7 @@ def packing_dict(plan: Plan) -> dict[str, Any]:
         "copies": [{"index": s.index, "id": s.id, "values": dict(search.copies[s.index].values),
                     "device": s.device, "wave": s.wave, "bytes": s.size, "slots": s.slots}
                    for s in packing.copies],
-    } for packing, search in zip(plan.packing, plan.spec.sweeps)}
+    } for search in plan.spec.sweeps if (packing := plan.packing_of(search.name)) is not None}
 
 
 def failed_copies(run_report: Mapping[str, Any]) -> tuple[list[str], bool]:

@@ -300,6 +300,24 @@ class Spec:
             todo.extend(inner.children)
         return out
 
+    def loop_exports(self, loop: Loop) -> tuple[str, ...]:
+        """``loop``'s exports (``LOOP.NAME``) that are ops of the spec (placed, resolved after the loop)."""
+        return tuple(name for name in loop.exports if name in self.op_index)
+
+    def outermost_loop(self, name: str) -> Loop | None:
+        """The outermost loop whose steps, evaluation or exports hold op ``name`` (None outside loops)."""
+        op = self.op_index.get(name)
+        loop = self.loop_index.get(op.scope.loop) if op is not None and op.scope.loop is not None else None
+        while loop is not None and loop.parent is not None:
+            loop = self.loop_index[loop.parent]
+        return loop
+
+    def inside(self, loop: Loop) -> set[str]:
+        """Every op a step of ``loop`` runs, its inner loops' included, at any depth (not its own exports)."""
+        loops = {loop.name, *(inner.name for inner in self.descendants(loop))}
+        return {o.name for o in self.ops if o.scope.loop in loops
+                and not (o.scope.loop == loop.name and o.scope.role == "export")}
+
     @functools.cached_property
     def search_index(self) -> dict[str, Search]:
         return {search.name: search for search in self.sweeps}

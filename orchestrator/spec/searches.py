@@ -127,11 +127,3 @@ class Search:
         """The name of ``copy``'s loop that the rule (halving, median) judges (None without a rule)."""
         rule = self.rule
         return copy.prefix + rule.loop if rule is not None else None
-
-    def copy_of(self, op: str) -> SweepCopy | None:
-        """The copy whose body made ``op`` (ops outside the copies: None)."""
-        head = op[len(self.name) + 1:].split("/", 1)[0] if op.startswith(self.name + "/") else ""
-        if not head.isdigit():
-            return None
-        index = int(head)
-        return self.copies[index] if index < len(self.copies) else None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ...errors import format_bytes
+from ...devices import DeviceSpec
+from ...errors import DeviceSpecError, format_bytes
 from .view import DeviceView, OpView
 
 HOST_NOT_MEASURED = "not measured (host memory is Dask's)"
@@ -10,8 +11,13 @@ HOST_NOT_MEASURED = "not measured (host memory is Dask's)"
 
 def short_device(device: str) -> str:
     """``/job:worker/replica:0/task:0/device:GPU:1`` as ``/job:worker/task:0/GPU:1`` (replica only when not 0)."""
-    parts = [p for p in device.strip("/").split("/") if p and p != "replica:0"]
-    return "/" + "/".join(p.removeprefix("device:") for p in parts)
+    try:
+        spec = DeviceSpec.parse(device)
+    except DeviceSpecError:  # not a device (a report of another tool's): as written
+        return device
+    parts = [f"job:{spec.job}" if spec.job else "", f"replica:{spec.replica}" if spec.replica else "",
+             "" if spec.task is None else f"task:{spec.task}", spec.short()]
+    return "/" + "/".join(p for p in parts if p)
 
 
 def seconds(value: float) -> str:
