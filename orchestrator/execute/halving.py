@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -48,7 +48,7 @@ from ..ops.training import evaluation_steps
 from ..ops.values import CopyFailed
 from ..spec.records import Loop, Search, Spec
 from .caching import CacheUse
-from .records import MAX_CURVE, CopyEnd, Curve, Decision, SearchOutcome
+from .records import MAX_CURVE, CopyEnd, Curve, Decision, LoopOutcome, SearchOutcome
 from .rules import best_so_far, halving_decision, median_decision, stop_reason
 from .training import Driver, TrainingLoop
 
@@ -58,7 +58,7 @@ class Staged(Driver, Protocol):
 
     known: dict[str, Located]
     client_values: dict[str, Any]
-    outcomes: dict[str, dict[str, Any]]
+    outcomes: dict[str, LoopOutcome]
     searches: dict[str, SearchOutcome]
     cache: CacheUse | None
     parent: dict[str, str | None]
@@ -229,7 +229,7 @@ class CopyLoops:
                 reason = stop_reason(decision, row)
                 copy = by_index[row.copy]
                 self.stop(copy, reason)  # at the step (or, resumed from a checkpoint past it, where it resumed)
-                self.ends[row.copy] = CopyEnd(row.copy, int(copy.training.outcome["stopped_at_step"]), reason)
+                self.ends[row.copy] = CopyEnd(row.copy, copy.training.outcome.stopped_at_step, reason)
         self.decisions.append(decision)
         self.staged.echo(_said(self.search.name, decision))
         return [c for c in running if c.index not in self.ends]
@@ -272,8 +272,8 @@ class CopyLoops:
             staged.notes[name] = f"result of loop '{loop.name}', which failed (its copy failed)"
         for name in (*loop.body, *loop.evaluated):
             staged.notes.setdefault(name, f"loop '{loop.name}' of copy {copy.index} failed after step {failed.step}")
-        staged.outcomes[loop.name] = {**copy.training.outcome, "stopped_at_step": failed.step,
-                                      "stop_reason": "failed", "steps_run": failed.step}
+        staged.outcomes[loop.name] = replace(copy.training.outcome, stopped_at_step=failed.step,
+                                             stop_reason="failed", steps_run=failed.step)
 
 
 def value_at(copy: _Copy, metric: str, step: int) -> float:

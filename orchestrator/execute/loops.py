@@ -26,7 +26,7 @@ its plan names.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,7 @@ from .caching import CacheUse
 from .checkpointing import CheckpointWriter
 from .training import TrainingLoop
 from .halving import CopyLoops, copy_loops, group_search
-from .records import SearchOutcome
+from .records import LoopOutcome, SearchOutcome
 from .hits import place_hits, recorded
 from .submitter import Submitter
 from .outputs import MetricFiles, metric_value
@@ -75,7 +75,7 @@ class StagedRun:
     checkpoints: CheckpointWriter | None = None
     metric_files: MetricFiles | None = None  # metric CSVs written as windows are read
     say: Callable[[str], None] | None = None  # the run's echo (resumed loops, checkpoints not used)
-    outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)  # loop -> how it began and ended
+    outcomes: dict[str, LoopOutcome] = field(default_factory=dict)  # loop -> how it began and ended
     searches: dict[str, SearchOutcome] = field(default_factory=dict)  # sweep -> its copies' loops (execute.halving)
 
     def echo(self, text: str) -> None:
@@ -257,7 +257,7 @@ class StagedRun:
             self.submitter.loop_progress(loop.name, step + 1, loop.steps)
             if training.checkpoint_due(step + 1) and training.improves({}):
                 training.save(step + 1, carried, self.held)
-        self.outcomes[loop.name] = {**training.outcome, "steps_run": loop.steps - begin}
+        self.outcomes[loop.name] = replace(training.outcome, steps_run=loop.steps - begin)
         return LoopState(carried, state.known, state.outer_moves)
 
     def fetch(self, refs: list[str]) -> list[Any]:

@@ -57,6 +57,26 @@ class RunSettings:
 
 
 @dataclass(frozen=True)
+class LoopOutcome:
+    """How one loop of a run began and ended: kept by the code that runs it (``execute.training``), which
+    replaces it as the loop goes, and handed to the run when the loop is done."""
+
+    resumed_from_step: int = 0  # where it started: a checkpoint's step with --resume, else 0
+    stopped_at_step: int = 0
+    stop_reason: str = "steps"  # "steps": it ran them all; else its early stop's, its sweep rule's, or "failed"
+    steps_run: int = 0  # by this run (fewer when resumed)
+
+    @property
+    def stopped_early(self) -> bool:
+        """Stopped before its last step by its own rule or its sweep's (not failed)."""
+        return self.stop_reason not in ("steps", "failed")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"resumed_from_step": self.resumed_from_step, "stopped_at_step": self.stopped_at_step,
+                "stop_reason": self.stop_reason, "steps_run": self.steps_run}
+
+
+@dataclass(frozen=True)
 class OpRecord:
     """One op of a run report: where it was planned, where it ran, when and what it made."""
 

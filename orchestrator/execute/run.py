@@ -38,7 +38,7 @@ from ..errors import OrchestratorError, RunError
 from ..compile.dask_keys import choose_task_names
 from ..compile.records import CompiledGraph
 from ..plan.records import Plan
-from .records import RunReport, RunResult, RunSettings, RunTotals, SearchOutcome, TransferRecord
+from .records import LoopOutcome, RunReport, RunResult, RunSettings, RunTotals, SearchOutcome, TransferRecord
 from ..paths import PathUse
 from ..perf import paused_gc
 from ..runtime import LOG_TOPIC, discard_saves, drain_records
@@ -81,7 +81,7 @@ class Runner:
         self.losses: Losses | None = None  # device workers lost during the run (execute.losses)
         self.waiter: Waiter | None = None
         self.loop_modes: dict[str, str] = {}
-        self.loop_outcomes: dict[str, dict[str, Any]] = {}  # loop -> resumed_from_step, stopped_at_step, stop_reason
+        self.loop_outcomes: dict[str, LoopOutcome] = {}  # loop -> how it began and ended
         self.search_outcomes: dict[str, SearchOutcome] = {}  # sweep -> its copies' loops: decisions, ends, curves
         self.saves_settled = False  # checkpoints of this run committed (or there is nothing left to discard)
         self.cache: CacheUse | None = None
@@ -262,10 +262,10 @@ class Runner:
                 if staged.metric_files is not None:  # the live rows go: the outputs are committed with the others
                     staged.metric_files.close()
         for loop, mode in self.loop_modes.items():
-            outcome = self.loop_outcomes.get(loop, {})
-            ended = f", stopped at step {outcome['stopped_at_step']} ({outcome['stop_reason']})" \
-                if outcome.get("stop_reason", "steps") != "steps" else ""
-            began = f", resumed from step {outcome['resumed_from_step']}" if outcome.get("resumed_from_step") else ""
+            outcome = self.loop_outcomes.get(loop, LoopOutcome())
+            ended = f", stopped at step {outcome.stopped_at_step} ({outcome.stop_reason})" \
+                if outcome.stop_reason != "steps" else ""
+            began = f", resumed from step {outcome.resumed_from_step}" if outcome.resumed_from_step else ""
             self.echo(f"loop '{loop}' ran {mode}{began}{ended}")
         self.not_run.update(staged.notes)
         return values
@@ -384,7 +384,7 @@ class Runner:
                          (self.task_names, self.task_names_why), elapsed, checked,
                          device_records(self.plan, stats), totals, tuple(sorted(restarted)), unverified,
                          granularity=self.settings.granularity,
-                         loops={name: {"mode": mode, **self.loop_outcomes.get(name, {}), **loop_spans(drained, name)}
+                         loops={name: {"mode": mode, **(self.loop_outcomes[name].as_dict() if name in self.loop_outcomes else {}), **loop_spans(drained, name)}
                                 for name, mode in self.loop_modes.items()},
                          transfers=tuple(sorted(transfers, key=lambda t: t.start)), params=self.spec.params,
                          loop_steps=step_pictures(worker.get("samples", {}) for worker in drained.values()),

@@ -25,10 +25,10 @@ import numpy as np
 
 from ..plan.records import Plan, SweepPacking
 from ..spec.records import Search
-from .records import OpRecord, RunReport, SearchOutcome
+from .records import LoopOutcome, OpRecord, RunReport, SearchOutcome
 
 
-def with_sweeps(plan: Plan, report: RunReport, values: dict[str, Any], outcomes: Mapping[str, Mapping[str, Any]],
+def with_sweeps(plan: Plan, report: RunReport, values: dict[str, Any], outcomes: Mapping[str, LoopOutcome],
                 searches: Mapping[str, SearchOutcome]) -> tuple[RunReport, dict[str, str]]:
     """The report with its ``sweeps``, and the text of every ``table:`` by the output that writes it.
 
@@ -51,12 +51,12 @@ def with_sweeps(plan: Plan, report: RunReport, values: dict[str, Any], outcomes:
                 own.setdefault(index, []).append(record)
         outcome = searches.get(search.name, SearchOutcome())
         stepped = _stepped(plan, search)
-        loops = {}  # each copy's loops that ended early by their own rule, and how
+        loops: dict[int, LoopOutcome] = {}  # each copy's loops that ended early by their own rule, and how
         windows: dict[int, list[tuple[float, float]]] = {}  # each copy's loops' windows, span by span
         for copy in search.copies:
             for loop in copy.loops:
-                ended = outcomes.get(loop, {})
-                if ended.get("stop_reason", "steps") not in ("steps", "failed"):
+                ended = outcomes.get(loop)
+                if ended is not None and ended.stopped_early:
                     loops[copy.index] = ended
                 windows.setdefault(copy.index, []).extend(
                     (float(a), float(b)) for a, b in (report.loops.get(loop) or {}).get("spans", ()))
@@ -123,7 +123,7 @@ def _end(record: OpRecord) -> float:
 
 
 def _copy(search: Search, packing: SweepPacking, index: int, own: Sequence[OpRecord], stepped: frozenset[str],
-          outcome: SearchOutcome, stopped: Mapping[str, Any] | None,
+          outcome: SearchOutcome, stopped: LoopOutcome | None,
           windows: Sequence[tuple[float, float]]) -> dict[str, Any]:
     """One copy in the report: ``own`` its op records, ``stepped`` its loops' ops, ``stopped`` how its loop
     ended early by its own rule (or None), ``windows`` when its loop's windows ran (spans of them)."""
@@ -151,7 +151,7 @@ def _copy(search: Search, packing: SweepPacking, index: int, own: Sequence[OpRec
     if ended is not None and not ended.failed:  # the sweep's rule stopped it
         out.update(status="stopped", stopped_at_step=ended.step, stop_reason=ended.reason)
     elif stopped is not None:  # its own rule (early_stop, stop_when) ended its loop early
-        out.update(stopped_at_step=stopped.get("stopped_at_step"), stop_reason=stopped["stop_reason"])
+        out.update(stopped_at_step=stopped.stopped_at_step, stop_reason=stopped.stop_reason)
     if len(windows) > 1:  # its sweep's rule paused it at its decision steps: when it ran, span by span
         out["spans"] = [list(span) for span in windows]
     if index in outcome.curves:

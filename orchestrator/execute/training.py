@@ -35,6 +35,7 @@ from ..plan.records import Plan
 from ..spec.records import Loop
 from .checkpointing import CheckpointWriter
 from .outputs import MetricFiles
+from .records import LoopOutcome
 from .stopping import Judge
 from .submitter import Submitter
 
@@ -101,7 +102,7 @@ class TrainingLoop:
     evaluations: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     judge: Judge | None = None
     best: LoopState | None = None
-    outcome: dict[str, Any] = field(default_factory=dict)
+    outcome: LoopOutcome = LoopOutcome()
     monitored: float | None = None  # checkpoint best_only: the best value of its metric checkpointed so far
     # a sweep's decision steps (``execute.halving``): the loop is read there, and goes on only when told
     holds: frozenset[int] = frozenset()
@@ -112,8 +113,7 @@ class TrainingLoop:
         self.evaluations = {name: [] for name, _ in evaluation.metrics} if evaluation else {}
         self.judge = Judge(self.loop.stopping) if self.loop.stopping else None
         self.points = set(evaluation_steps(self.loop.steps, evaluation.every)) if evaluation else set()
-        self.outcome = {"resumed_from_step": 0, "stopped_at_step": self.loop.steps, "stop_reason": "steps",
-                        "steps_run": self.loop.steps}
+        self.outcome = LoopOutcome(0, self.loop.steps, "steps", self.loop.steps)
 
     def run(self, state: LoopState) -> LoopState:
         return drive(self.stepwise(state))
@@ -129,7 +129,7 @@ class TrainingLoop:
         """
         state, begin = self.resume(state)
         if begin >= self.loop.steps:  # resumed from a checkpoint at its last step: nothing is left to run
-            self.outcome["steps_run"] = 0
+            self.outcome = replace(self.outcome, steps_run=0)
             for name in self.loop.body + self.loop.evaluated:
                 self.driver.notes.setdefault(name, f"not run: loop '{self.loop.name}' resumed from its checkpoint "
                                                    "at its last step")
@@ -147,7 +147,7 @@ class TrainingLoop:
                     return self.finish(in_flight)
                 told = yield in_flight.stop
                 if told is not None:
-                    self.outcome.update(stopped_at_step=in_flight.stop, stop_reason=told)
+                    self.outcome = replace(self.outcome, stopped_at_step=in_flight.stop, stop_reason=told)
                     return self.finish(in_flight)
                 in_flight = None
             current = self.submit(state, start, stop, first=start == begin)
@@ -157,13 +157,13 @@ class TrainingLoop:
                     return self.finish(in_flight)
                 told = yield in_flight.stop
                 if told is not None:  # window ``current`` ran ahead: its values are dropped, unread
-                    self.outcome.update(stopped_at_step=in_flight.stop, stop_reason=told)
+                    self.outcome = replace(self.outcome, stopped_at_step=in_flight.stop, stop_reason=told)
                     return self.finish(in_flight)
             in_flight = current
             if i == 0:  # a driver of several loops submits each one's first window before it reads any
                 told = yield begin
                 if told is not None:  # resumed past a decision that stops it: it ends where it resumed
-                    self.outcome.update(stopped_at_step=begin, stop_reason=told, steps_run=0)
+                    self.outcome = replace(self.outcome, stopped_at_step=begin, stop_reason=told, steps_run=0)
                     return begun
         assert in_flight is not None
         self.read(in_flight)
@@ -219,7 +219,7 @@ class TrainingLoop:
             if self.judge.improved and any(rule.restore_best for rule in self.loop.stopping):
                 self.keep_best(sub)
         if reason is not None:
-            self.outcome.update(stopped_at_step=sub.stop, stop_reason=reason)
+            self.outcome = replace(self.outcome, stopped_at_step=sub.stop, stop_reason=reason)
             return True
         if due and self.improves(scores):
             self.save(sub.stop, sub.state.carried, {**sub.futures, **{k: _Ready(v) for k, v in got.items()}})
@@ -269,13 +269,13 @@ class TrainingLoop:
         self.driver.held.update({c.key: last.futures[c.key] for c in state.carried.values()})
         if self.best is not None:
             state = replace(state, carried=self.best.carried)
-        steps = self.outcome["stopped_at_step"]
-        self.outcome["steps_run"] = steps - self.outcome["resumed_from_step"]  # by this run (fewer when resumed)
+        steps = self.outcome.stopped_at_step
+        self.outcome = replace(self.outcome, steps_run=steps - self.outcome.resumed_from_step)
         for name in self.series:  # a window submitted after the stop ran ahead: its steps are not the loop's
             del self.series[name][steps:]
-        if self.outcome["stop_reason"] != "steps":
+        if self.outcome.stop_reason != "steps":
             self.driver.submitter.loop_progress(self.loop.name, steps, self.loop.steps,
-                                                f"stopped ({self.outcome['stop_reason']})")
+                                                f"stopped ({self.outcome.stop_reason})")
         return state
 
     def resume(self, state: LoopState) -> tuple[LoopState, int]:
@@ -296,7 +296,7 @@ class TrainingLoop:
             self.judge.restore(saved.stopping)
         monitored = saved.header.get("monitored")
         self.monitored = float(monitored) if isinstance(monitored, (int, float)) else None
-        self.outcome["resumed_from_step"] = saved.step
+        self.outcome = replace(self.outcome, resumed_from_step=saved.step)
         steps = saved.header.get("steps")
         longer = f"; written by a run of {steps} steps, it goes on to step {loop.steps}" \
             if isinstance(steps, int) and steps != loop.steps else ""
