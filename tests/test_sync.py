@@ -27,10 +27,11 @@ import pytest
 
 from test_loops import NESTED as LOOPS_NESTED
 
-from orchestrator import run_file
+from orchestrator import plan_file, run_file
 from orchestrator.api import RunResult
 from orchestrator.cli import run_cli
 from orchestrator.errors import DeviceOutOfMemory, OpFailedError, UsageError
+from orchestrator.plan.records import IN_PROCESS
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -119,6 +120,14 @@ def test_polyfit_gang_windows_on_the_cluster_are_steps_in_order_here(tmp_path: P
                                                     "process (--sync)")
     assert _records(here)["train/step"][2] == 120  # every step ran, each op recorded per step
     assert len(here.values["train.loss"]) == 120
+
+
+def test_the_plan_decides_how_loops_run_in_this_process() -> None:
+    """--sync reads its loop modes from the plan, as the cluster's driver does: nothing overrides it at run time."""
+    plan = plan_file(str(EXAMPLES / "polyfit.yaml"))
+    assert plan.loop_mode("train", "partition").mode == "gang"
+    in_process = plan.loop_mode("train", IN_PROCESS)
+    assert in_process.mode == "partition" and "(--sync)" in in_process.why
 
 
 # test_loops' epochs of batches, its results written to files (the runs compare files too)

@@ -71,7 +71,7 @@ import numpy as np
 from ..devices import ANY, DeviceSpec
 from ..errors import OrchestratorError, RunError
 from ..compile.records import CompiledGraph
-from ..plan.records import Plan
+from ..plan.records import IN_PROCESS, Plan
 from .records import RunResult, RunSettings
 from ..spec.records import Loop
 from ..runtime import (LOG_TOPIC, RUNTIME_ATTRIBUTE, Runtime, bind, device_resource, discard_saves, drain_records,
@@ -176,15 +176,14 @@ def _own_imports(base_dir: str) -> Iterator[None]:
 
 
 class _StepsInOrder(StagedRun):
-    """The loop driver, with steps in order where the cluster would run gang windows (see the module's essay)."""
+    """The loop driver, with steps in order where the cluster would run gang windows (see the module's essay):
+    as the plan decided for this process (``IN_PROCESS``)."""
 
     def window_mode(self, loop: Loop) -> str:
-        mode = super().window_mode(loop)
-        if mode != "gang":
-            return mode
-        self.modes[loop.name] = ("partition: a task per device partition per step, in this process (--sync): "
-                                 "the steps run one after another, no windows side by side")
-        return "partition"
+        granularity = IN_PROCESS if self.options.granularity == "partition" else self.options.granularity
+        planned = self.plan.loop_mode(loop.name, granularity)
+        self.modes[loop.name] = planned.describe()
+        return planned.mode
 
 
 class SyncRunner(Runner):

@@ -65,7 +65,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..devices import ANY, DeviceSpec
-from .records import GRANULARITIES, LoopMode, Partition, Plan, TaskPlan
+from .records import GRANULARITIES, IN_PROCESS, LoopMode, Partition, Plan, TaskPlan
 from ..spec.records import Loop, OpRef, Scope, Spec
 
 __all__ = ["Partition", "gang_blocker", "loop_mode", "partition", "plan_tasks", "published"]
@@ -84,7 +84,8 @@ def plan_tasks(plan: Plan) -> Plan:
         placeholders = {var.placeholder for var in loop.state}
         body = set(loop.body) - inner
         loops[loop.name] = partition(plan, [name for name in order if name in body], external=placeholders)
-    modes = {g: {loop.name: LoopMode(*loop_mode(plan, loop, g)) for loop in spec.loops} for g in GRANULARITIES}
+    modes = {g: {loop.name: LoopMode(*loop_mode(plan, loop, g)) for loop in spec.loops} for g in (*GRANULARITIES,
+                                                                                                    IN_PROCESS)}
     return replace(plan, tasks=TaskPlan(top, loops, modes))
 
 
@@ -110,7 +111,8 @@ def gang_blocker(plan: Plan, loop: Loop) -> str:
 
 
 def loop_mode(plan: Plan, loop: Loop, granularity: str) -> tuple[str, str]:
-    """How ``loop`` runs at ``granularity``: ``nested``, ``gang``, ``partition`` or ``op``, and in words why."""
+    """How ``loop`` runs at ``granularity`` (or :data:`IN_PROCESS`, ``--sync``'s): ``nested``, ``gang``,
+    ``partition`` or ``op``, and in words why."""
     if loop.children:
         return "nested", (f"step by step, because it holds the loop '{loop.children[0]}': each step runs its own "
                           "ops, then that loop")
@@ -119,6 +121,9 @@ def loop_mode(plan: Plan, loop: Loop, granularity: str) -> tuple[str, str]:
     blocker = gang_blocker(plan, loop)
     if blocker:
         return "partition", f"a task per device partition per step, because {blocker}"
+    if granularity == IN_PROCESS:  # --sync: no workers to hold windows side by side
+        return "partition", ("a task per device partition per step, in this process (--sync): the steps run one "
+                             "after another, no windows side by side")
     devices = len({plan.placement(n).device for n in loop.body})
     return "gang", (f"one task per device per window of {loop.window} steps ({devices} device"
                     f"{'s' if devices != 1 else ''}), values sent worker to worker")

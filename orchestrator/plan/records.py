@@ -212,3 +212,6 @@ class Plan:
 
 
 GRANULARITIES = ("partition", "op")
+# The partition granularity run in this process (``--sync``): the plan decides those loop modes too (a gang loop's
+# steps run one after another there), so the in-process driver obeys the plan like the cluster's.
+IN_PROCESS = "partition, in process"
