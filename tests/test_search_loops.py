@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from orchestrator import run_file
+from orchestrator import plan_file, run_file
 from orchestrator.cli import run_cli
 from orchestrator.report.html import short_device
 from orchestrator.runtime.exchange import RECEIVE_TIMEOUT
@@ -168,6 +168,27 @@ def loop_spec(tmp_path: Path, lrs: list[float], device: str = "", probe: bool = 
                                  "inputs: [w, lr]}" if probe else "")
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def test_the_plan_decides_which_copies_loops_step_side_by_side(tmp_path: Path) -> None:
+    """The run's driver steps copies' loops side by side where the plan says so (SweepPacking.side_by_side); a
+    copy's loop that holds a loop runs step by step, so those copies' loops run one after another."""
+    plain = plan_file(str(loop_spec(tmp_path, [0.1, 0.2])))
+    assert plain.packing_of("s") is not None and plain.packing_of("s").side_by_side == (0,)
+    nested = LOOP_SPEC.replace("LRS", "[0.1, 0.2]").replace(", DEVICE", "").replace("PROBE", "").replace(
+        "              - {name: loss, op: sum, inputs: [w_next]}", textwrap.indent(textwrap.dedent("""\
+            - {name: loss, op: sum, inputs: [w_next]}
+            - name: inner
+              iterate:
+                steps: 2
+                state: {v: w_next}
+                body:
+                  - {name: v_next, op: mul, inputs: [v, v]}
+                update: {v: v_next}"""), "              "))
+    assert "inner" in nested
+    (tmp_path / "nested.yaml").write_text(nested, encoding="utf-8")
+    plan = plan_file(str(tmp_path / "nested.yaml"))
+    assert plan.packing_of("s") is not None and plan.packing_of("s").side_by_side == ()
 
 
 def test_packed_copies_run_in_their_waves_with_their_real_start_and_stop(tmp_path: Path) -> None:

@@ -79,18 +79,18 @@ def group_search(spec: Spec, loop: Loop) -> Search:
 
 
 def copy_loops(staged: Staged, loop: Loop, pending: Sequence[Loop]) -> list[Loop]:
-    """Every pending copy's loop of the sweep whose copy's (top-level body) loop ``loop`` is; [] when it is no
-    such loop, or when one of them holds a loop of its own (run step by step: they run one after another)."""
+    """Every pending copy's loop of the sweep whose copy's (top-level body) loop ``loop`` is, when the plan steps
+    them side by side (``SweepPacking.side_by_side``); else [] (no such loop, or they run one after another)."""
     try:
         search = group_search(staged.plan.spec, loop)
     except KeyError:
         return []
     found = search.loop_of(loop.name)
-    assert found is not None
+    packing = staged.plan.packing_of(search.name)
+    if found is None or packing is None or found[1] not in packing.side_by_side:
+        return []
     names = {c.loops[found[1]] for c in search.copies if len(c.loops) > found[1]}
-    group = [lp for lp in pending if lp.name in names]
-    holders = set(staged.parent.values())
-    return [] if any(lp.name in holders for lp in group) else group
+    return [lp for lp in pending if lp.name in names]
 
 
 END = 1 << 62  # a step past every loop's last: to its end

@@ -163,6 +163,10 @@ class SweepPacking:
     name: str
     copies: tuple[CopySlot, ...]
     devices: tuple[DevicePacking, ...]
+    # the positions among each copy's top-level loops (``SweepCopy.loops``) whose loops the run steps side by
+    # side, in the waves above (and decides by the sweep's rule there); a loop holding a loop runs step by step,
+    # so the copies' loops at its position run one after another
+    side_by_side: tuple[int, ...] = ()
 
     def device(self, name: str) -> DevicePacking | None:
         return next((d for d in self.devices if d.device == name), None)

@@ -58,6 +58,7 @@ def packing_dict(plan: Plan) -> dict[str, Any]:
                      "shared_values": [{"value": name, "bytes": size} for name, size in d.shared_values],
                      "peak_alone_bytes": d.peak_alone, "peak_bytes": d.peak, "limit_bytes": d.limit,
                      "threads": d.threads, "why": d.why} for d in packing.devices],
+        "side_by_side_loops": list(packing.side_by_side),
         "copies": [{"index": s.index, "id": s.id, "values": dict(search.copies[s.index].values),
                     "device": s.device, "wave": s.wave, "bytes": s.size, "slots": s.slots}
                    for s in packing.copies],

@@ -153,7 +153,16 @@ def _pack_search(plan: Plan, search: Search, held: Mapping[str, Sequence[Held]],
         devices.append(packing)
         slots.extend(CopySlot(c.index, c.id, device, wave, None if unsized else footprint.size.get(c.index, 0),
                               units[c.index] / UNIT) for c, wave in zip(copies, waves))
-    return SweepPacking(search.name, tuple(sorted(slots, key=lambda s: s.index)), tuple(devices))
+    return SweepPacking(search.name, tuple(sorted(slots, key=lambda s: s.index)), tuple(devices),
+                        side_by_side(plan, search))
+
+
+def side_by_side(plan: Plan, search: Search) -> tuple[int, ...]:
+    """The positions of the copies' top-level loops that step side by side: those where no copy's loop holds a
+    loop of its own (``halving_problems`` checks that each keeps to one device)."""
+    deepest = max((len(copy.loops) for copy in search.copies), default=0)
+    return tuple(i for i in range(deepest) if not any(plan.spec.loop(copy.loops[i]).children
+                                                      for copy in search.copies if len(copy.loops) > i))
 
 
 def _footprint(plan: Plan, entries: Sequence[Held], owner: Mapping[str, int], mine: set[int],
