@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .device import OpTask, _runtime, execute
+from .device import _runtime, execute
+from .tasks import OpTask
 
 Wire = tuple[int, int]  # (slot, element): slot of a value (arguments first, then ops); element of a tuple or -1
 

@@ -30,7 +30,8 @@ import numpy as np
 
 from ..errors import RunError
 from .exchange import Sent, Tag, send
-from .device import OpTask, Runtime, _runtime, execute
+from .device import Runtime, _runtime, execute
+from .tasks import OpTask
 
 # Where an input comes from at a step: (kind, slot, element)
 LOCAL, ARG, STATE, RECEIVED = 0, 1, 2, 3
