@@ -95,7 +95,13 @@ class StagedRun:
                 self.readers.setdefault(dep, set()).add(p.op)
         self.output_ops = {o.ref.op for o in spec.outputs}
         if self.cache is not None:
-            place_hits(self, self.cache)
+            hits = place_hits(self.plan, self.submitter, self.cache)
+            self.held.update(hits.held)
+            self.known.update(hits.known)
+            self.done.update(hits.done)
+            self.known_ops |= hits.known_ops
+            self.notes.update(hits.notes)
+            self.client_values.update(hits.client_values)
             self.skip_unread()
         self.run_scope(None, None)
         return self.outputs()
