@@ -48,7 +48,7 @@ from ..ops.training import evaluation_steps
 from ..ops.values import CopyFailed
 from ..spec.records import Loop, Search, Spec
 from .caching import CacheUse
-from .records import MAX_CURVE, CopyEnd, Curve, Decision, LoopOutcome, SearchOutcome
+from .records import MAX_CURVE, CopiesRun, CopyEnd, Curve, Decision, LoopOutcome, SearchOutcome
 from .rules import best_so_far, halving_decision, median_decision, stop_reason
 from .training import Driver, TrainingLoop
 
@@ -58,8 +58,6 @@ class Staged(Driver, Protocol):
 
     known: dict[str, Located]
     client_values: dict[str, Any]
-    outcomes: dict[str, LoopOutcome]
-    searches: dict[str, SearchOutcome]
     cache: CacheUse | None
     parent: dict[str, str | None]
 
@@ -121,8 +119,10 @@ class CopyLoops:
     loops: list[Loop]
     decisions: list[Decision] = field(default_factory=list)
     ends: dict[int, CopyEnd] = field(default_factory=dict)
+    outcomes: dict[str, LoopOutcome] = field(default_factory=dict)  # each copy's loop, as it ended
 
-    def run(self) -> None:
+    def run(self) -> CopiesRun:
+        """Every copy's loop to its end (or its rule's stop, or its failure): what the sweep's copies did."""
         copies = [self.start(loop) for loop in self.loops]
         running = copies
         rule = self.search.rule
@@ -135,8 +135,8 @@ class CopyLoops:
         self.advance(running, END)
         for copy in copies:
             self.end(copy)
-        self.staged.searches[self.search.name] = SearchOutcome(tuple(self.decisions), dict(self.ends),
-                                                               {c.index: curves(c) for c in copies})
+        return CopiesRun(SearchOutcome(tuple(self.decisions), dict(self.ends), {c.index: curves(c) for c in copies}),
+                         dict(self.outcomes))
 
     def start(self, loop: Loop) -> _Copy:
         staged = self.staged
@@ -249,7 +249,7 @@ class CopyLoops:
             tables = {k: np.concatenate([v, [[s, np.nan] for s in missing]]) if missing else v
                       for k, v in tables.items()}
         staged.client_values.update(tables)
-        staged.outcomes[loop.name] = copy.training.outcome
+        self.outcomes[loop.name] = copy.training.outcome
         if stopped is not None:
             for values in copy.series.values():
                 values.extend([np.float64(np.nan)] * (loop.steps - len(values)))
@@ -272,8 +272,8 @@ class CopyLoops:
             staged.notes[name] = f"result of loop '{loop.name}', which failed (its copy failed)"
         for name in (*loop.body, *loop.evaluated):
             staged.notes.setdefault(name, f"loop '{loop.name}' of copy {copy.index} failed after step {failed.step}")
-        staged.outcomes[loop.name] = replace(copy.training.outcome, stopped_at_step=failed.step,
-                                             stop_reason="failed", steps_run=failed.step)
+        self.outcomes[loop.name] = replace(copy.training.outcome, stopped_at_step=failed.step,
+                                           stop_reason="failed", steps_run=failed.step)
 
 
 def value_at(copy: _Copy, metric: str, step: int) -> float:

@@ -171,7 +171,10 @@ class StagedRun:
             for member in group or [next_loop]:
                 pending.remove(member)
             if group:  # a sweep's copies: stepped side by side in waves (and decided by its rule, if any)
-                CopyLoops(self, group_search(spec, next_loop), group).run()
+                search = group_search(spec, next_loop)
+                copies = CopyLoops(self, search, group).run()
+                self.searches[search.name] = copies.search
+                self.outcomes.update(copies.outcomes)
             else:
                 self.run_loop(next_loop, 0 if step is None else step * next_loop.steps)
             for member in group or [next_loop]:

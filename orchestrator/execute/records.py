@@ -77,6 +77,14 @@ class LoopOutcome:
 
 
 @dataclass(frozen=True)
+class CopiesRun:
+    """What a sweep's copies' loops did, returned by the driver that stepped them (``execute.halving``)."""
+
+    search: SearchOutcome
+    outcomes: Mapping[str, LoopOutcome]  # each copy's loop -> how it began and ended
+
+
+@dataclass(frozen=True)
 class OpRecord:
     """One op of a run report: where it was planned, where it ran, when and what it made."""
 
