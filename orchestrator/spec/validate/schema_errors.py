@@ -289,7 +289,8 @@ def _type_hint(path: YamlPath) -> str:
             "outputs": "a mapping from op names to files, e.g. outputs: {c: results/c.npy}",
             "values": "a list, e.g. values: [0.1, 1.0]", "devices": "a list, e.g. [/gpu:0, /gpu:1], or a pattern",
             "kernels": "a list, e.g. kernels: [cpu, gpu]", "axes": "a list of axes, e.g. [1, 0]",
-            "body": "a list of ops", "ops": "a list of ops"}.get(str(last), "")
+            "body": "a list of ops", "ops": "a list of ops",
+            "shuffle": "write true (a new order each epoch), once (one order for all) or false"}.get(str(last), "")
 
 
 # What to write, by the kind of value the schema expects (the last resort of every hint).
