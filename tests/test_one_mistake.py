@@ -7,10 +7,14 @@ again at another granularity (``run --granularity op``) added its findings a sec
 
 from __future__ import annotations
 
+import io
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from orchestrator.api import check_file, plan_file
+from orchestrator.cli import run_cli
 from orchestrator.plan.memory import plan_memory
 
 SEARCH = """\
@@ -53,3 +57,23 @@ def test_planning_memory_again_does_not_repeat_its_findings(tmp_path: Path) -> N
     assert codes == ["memory-unknown"], codes
     again = plan_memory(plan, "op")
     assert [d.code for d in again.diagnostics] == codes
+
+
+def test_plan_says_a_validation_warning_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue saw ``plan`` print the validation warnings twice (once validating, once planning)."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(textwrap.dedent("""\
+        version: 1
+        cluster: {jobs: {localhost: {gpus: 2}}}
+        graph:
+          - {name: x, op: ones, shape: [2]}
+          - name: hp
+            sweep:
+              grid: {k: [1, 2]}
+              devices: [/gpu:0, /gpu:1]
+              body: [{name: y, op: mul, inputs: [x, k]}]
+        """), encoding="utf-8")
+    out = io.StringIO()
+    assert run_cli(["plan", str(path)], out=out) == 0
+    said = out.getvalue() + "".join(capsys.readouterr())
+    assert said.count("devices: is now spread:") == 1, said
