@@ -1,4 +1,4 @@
-"""Compile a plan into Dask graphs whose every task carries its device.
+"""Stage 3, Plan -> Dask graphs: compile a plan into graphs whose every task carries its device.
 
 Policy. The compiler is a pure stage: from a :class:`~orchestrator.plan.records.Plan`
 it builds ``HighLevelGraph`` layers (no cluster, no ``distributed``), whose
