@@ -10,7 +10,7 @@ op ran and writes the outputs — or runs them in this process with no cluster
 does not); ``api`` imports it only when something runs.
 
 The names below are imported on first use: a worker process imports
-:mod:`.plugin` (the device runtime), which must not drag in the client's
+:mod:`.plugin` (it installs the device runtime), and that must not drag in the client's
 machinery (the runner, the compiler, the spec's checks: half a second per
 worker), and ``orchestrate validate`` or ``plan`` never needs any of it.
 """
