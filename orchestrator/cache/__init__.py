@@ -1,4 +1,6 @@
-"""The cache: values of ops and of whole loops on disk, keyed by what made them (``store``).
+"""Beside the stages, the cache (a sibling of compile, below execute): values of ops and loops on disk.
+
+Each value is kept under a key of what made it (``store``).
 
 Other stages use it through this package: ``execute`` opens it for a run
 (``execute.caching``) and writes loops' checkpoints (``checkpoints``), ``api``

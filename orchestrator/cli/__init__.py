@@ -1,4 +1,7 @@
-"""``orchestrate``: parse arguments (:mod:`.parser`), run the command (:mod:`.commands`), return an exit code.
+"""Above the stages, the command line: ``orchestrate`` parses arguments, runs a command, returns an exit code.
+
+:mod:`.parser` parses the arguments, :mod:`.commands` runs the command through ``api`` (which
+composes the stages).
 
 Exit codes: 0 ok; 1 the spec is invalid or the run failed; 2 usage error;
 130 after Ctrl-C, 143 after SIGTERM. No traceback reaches the user unless

@@ -1,4 +1,4 @@
-"""Compile a plan into Dask graphs whose every task carries its device.
+"""Stage 3, Plan -> Dask graphs: compile a plan into graphs whose every task carries its device.
 
 Policy. The compiler is a pure stage: from a :class:`~orchestrator.plan.records.Plan`
 it builds ``HighLevelGraph`` layers (no cluster, no ``distributed``), whose
@@ -38,6 +38,7 @@ graphs of many ops, by op kind.
 """
 
 from .builder import GraphBuilder, copy_sweeps
+from .dask_keys import choose_task_names
 from .gang import compile_gang_prep, compile_gang_window
 from .loops import LoopState, after_window, compile_fetch, compile_window, loop_start, lookup_value
 from .options import CompileOptions
@@ -45,4 +46,4 @@ from .graph import compile_plan, stage_partitions
 
 __all__ = ["CompileOptions", "GraphBuilder", "LoopState", "after_window", "compile_fetch",
            "compile_gang_prep", "compile_gang_window", "compile_plan", "compile_window", "loop_start",
-           "copy_sweeps", "lookup_value", "stage_partitions"]
+           "choose_task_names", "copy_sweeps", "lookup_value", "stage_partitions"]

@@ -1,14 +1,16 @@
-"""Execution: clusters, the device runtime on workers, running plans, remote worker launchers.
+"""Stage 4, graphs -> RunResult, the client: clusters, running plans, remote worker launchers.
 
-``compile`` (a sibling stage) turns a plan into Dask graphs; this package
+``compile`` (the stage below) turns a plan into Dask graphs; this package
 starts or connects to a cluster, runs those graphs there, checks where every
 op ran and writes the outputs — or runs them in this process with no cluster
-(:mod:`.sync`, ``run --sync``). It is the only stage importing
+(:mod:`.sync`, ``run --sync``). It installs the device runtime (stage 5,
+:mod:`orchestrator.runtime`) on every worker through a Dask worker plugin
+(:mod:`.plugin`). It is the only stage importing
 ``distributed``, and only where a cluster is used (importing the package
 does not); ``api`` imports it only when something runs.
 
 The names below are imported on first use: a worker process imports
-:mod:`.plugin` (the device runtime), which must not drag in the client's
+:mod:`.plugin` (it installs the device runtime), and that must not drag in the client's
 machinery (the runner, the compiler, the spec's checks: half a second per
 worker), and ``orchestrate validate`` or ``plan`` never needs any of it.
 """

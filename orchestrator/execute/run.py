@@ -32,10 +32,9 @@ from typing import Any
 
 from ..atomic import write_text
 from ..runtime.backends import backend_entry
-from ..compile import CompileOptions, compile_plan
+from ..compile import CompileOptions, choose_task_names, compile_plan
 from ..devices import DeviceSpec
 from ..errors import OrchestratorError, RunError
-from ..compile.dask_keys import choose_task_names
 from ..compile.records import CompiledGraph
 from ..plan.records import Plan
 from .records import LoopOutcome, RunReport, RunResult, RunSettings, RunTotals, SearchOutcome, TransferRecord

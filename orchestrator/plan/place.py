@@ -12,7 +12,7 @@ order and never overwritten, by
 
 1. the first placement rule whose ``match`` holds (a device function): its
    ``device`` fields, or for ``round_robin: /job:ps`` the job and the next task
-   of that job, as the rule's strategy (``by:``, :mod:`orchestrator.plan.strategies`)
+   of that job, as the rule's strategy (``by:``, :mod:`orchestrator.strategies`)
    chooses: by count in graph order (``replica_device_setter``, the default)
    or, with ``by: bytes``, the task holding the fewest bytes so far (every op
    placed on it before, pinned or placed by any rule). An op already pinned

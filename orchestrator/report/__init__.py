@@ -1,4 +1,4 @@
-"""What the user reads: diagnostics, plans, plan diffs and runs, each in the formats a registry names.
+"""Stage 6, records -> what the user reads: diagnostics, plans, plan diffs and runs, in the formats a registry names.
 
 The last stage: it renders the records of the others and decides nothing.
 :mod:`.text` holds the diagnostics (text, json, github; SARIF from

@@ -1,4 +1,4 @@
-"""The worker contract: what a compiled task carries, and the functions workers run.
+"""Stage 5, on the workers: the worker contract, what a compiled task carries and the functions workers run.
 
 ``compile`` builds tasks that call the functions here; ``execute`` registers
 the device runtime that makes them work on each worker. Both sides depend on
@@ -8,9 +8,11 @@ and the courier that sends values between workers (:func:`bind_courier`)
 when it installs a device's :class:`Runtime` on a worker.
 
 * :mod:`.resources`: how a task asks for its device, what a worker offers.
-* :mod:`.runtime`: one op (:class:`OpTask`, :func:`run_op`), moves, control
+* :mod:`.device`: one op (:class:`OpTask`, :func:`run_op`), moves, control
   tokens, the device runtime and its records.
-* :mod:`.partitions`: a device partition, several ops in one task
+* :mod:`.calls`: what the client runs on every worker (saves committed or
+  discarded, aborts, links opened, records drained).
+* :mod:`.partition_task`: a device partition, several ops in one task
   (:class:`PartitionTask`, :func:`run_partition`).
 * :mod:`.usercode`: the spec's folder as the working directory of user
   code (a lease shared by the calls of one folder), and the user's frames
