@@ -9,7 +9,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TextIO
+from dataclasses import replace
+from typing import TYPE_CHECKING, TextIO
 
 from .. import api, report
 from ..atomic import write_bytes, write_text
@@ -17,6 +18,9 @@ from ..errors import OrchestratorError, UsageError, format_bytes
 from ..paths import PathUse, clashes
 from .checkpoints import cmd_checkpoints
 from .parser import params_of
+
+if TYPE_CHECKING:
+    from .progress import TerminalProgress
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 EXIT_RUN_FAILED = 1  # as a run that raised: a sweep's copies failed and the sweep does not allow it
@@ -126,16 +130,35 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     if plan is None:
         return EXIT_INVALID
 
-    def echo(text: str) -> None:
-        out.write(text + "\n")
-        out.flush()
-
-    result = api.run_plan(plan, settings, echo)
+    view = terminal_progress(out, args.progress)
+    if view is None:
+        result = api.run_plan(plan, settings, _echo_to(out))
+    else:
+        with view:  # stopped however the run ends (a Ctrl-C included), its last picture left on the screen
+            result = api.run_plan(plan, replace(settings, progress_view=view), view.echo)
     out.write(report.placement_summary(result.report))
     failed, fatal = report.failed_copies(result.report)
     for line in failed:
         out.write(line + "\n")
     return EXIT_RUN_FAILED if fatal else EXIT_OK
+
+
+def terminal_progress(out: TextIO, asked: bool | None) -> TerminalProgress | None:
+    """The loops' view for ``orchestrate run``: on a terminal only, unless ``--no-progress`` (``asked`` False)."""
+    isatty = getattr(out, "isatty", None)
+    if asked is False or isatty is None or not isatty():
+        return None  # the run prints as it always has (the plain line with --progress): pipes, CI, tests
+    from .progress import TerminalProgress  # rich is imported only where it draws
+
+    return TerminalProgress(out)
+
+
+def _echo_to(out: TextIO) -> Callable[[str], None]:
+    def echo(text: str) -> None:
+        out.write(text + "\n")
+        out.flush()
+
+    return echo
 
 
 def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:

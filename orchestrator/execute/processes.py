@@ -32,8 +32,12 @@ right:
 * NumPy's BLAS, loaded by the server with one thread: OpenBLAS and MKL read
   their thread variables only when loaded, so each worker sets the thread
   count of the BLAS it inherited to its device's at start (:func:`dask_setup`,
-  a Dask worker preload; threadpoolctl where installed, else the library's
-  own setter, found among the process's loaded libraries on Linux).
+  a Dask worker preload). threadpoolctl does it: it finds every BLAS the
+  process has loaded (OpenBLAS under its several symbol names, MKL, BLIS, on
+  every platform) and calls its own setter, which this module once did by
+  hand through ctypes, for OpenBLAS and MKL on Linux only. The server
+  preloads it (:data:`PRELOAD`), so a worker pays nothing to import it, and
+  this process, which starts no BLAS threads of its own, never imports it.
 
 The server leaves as soon as this process has (it sees its pipe from here
 close): without tearing an interpreter down either (:func:`_leave_at_once`),
@@ -49,8 +53,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
-import importlib
 import multiprocessing
 import os
 import signal
@@ -62,19 +64,17 @@ from typing import Any
 from ..backend_registry import BACKENDS
 
 METHOD = "forkserver"
-# What a worker process imports before it runs anything: Dask, NumPy (through Dask) and the device runtime.
+# What a worker process imports before it runs anything: Dask, NumPy (through Dask), the device runtime and
+# threadpoolctl (dask_setup).
 # Hardware backends are left out: a GPU library initialised before the fork, and before CUDA_VISIBLE_DEVICES
 # is set, would be wrong in every worker.
 PRELOAD: tuple[str, ...] = ("distributed", "distributed.protocol.numpy", "orchestrator.execute.plugin",
                             *sorted({e.path.partition(":")[0] for e in BACKENDS.values() if not e.hardware}),
-                            __name__)
+                            "threadpoolctl", __name__)
 SAFE_PATH = "PYTHONSAFEPATH"  # Python 3.11: no working directory (``-c``) first on sys.path
 # Read from the worker's environment (set by its nanny), most specific first.
 BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
 _STARTED: set[int] = set()  # the process ids of the fork servers start_server started
-_BLAS_SETTERS = {"openblas": ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
-                              "openblas_set_num_threads64_", "openblas_set_num_threads"),
-                 "mkl_rt": ("MKL_Set_Num_Threads",)}
 
 
 def restored_env() -> dict[str, str]:
@@ -198,41 +198,11 @@ if _in_the_server():
 
 def dask_setup(worker: Any) -> None:
     """Dask's worker preload hook: this worker's BLAS gets the thread count its environment names."""
+    import threadpoolctl  # preloaded by the server: already imported in a forked worker
+
     for name in BLAS_VARIABLES:
         value = os.environ.get(name, "")
         if value.isdigit() and int(value) > 0:
-            set_blas_threads(int(value))
+            # not used as a context: the limit holds for the worker's life (nothing restores the original)
+            threadpoolctl.threadpool_limits(limits=int(value), user_api="blas")
             return
-
-
-def set_blas_threads(threads: int) -> bool:
-    """Set the thread count of the BLAS this process has loaded; False when none could be set."""
-    try:  # knows every BLAS on every platform, where installed (not a dependency)
-        threadpoolctl = importlib.import_module("threadpoolctl")
-    except ImportError:
-        pass
-    else:
-        threadpoolctl.threadpool_limits(threads, user_api="blas")
-        return True
-    done = False
-    for path in _loaded_libraries():
-        name = os.path.basename(path).lower()
-        for kind, symbols in _BLAS_SETTERS.items():
-            if kind not in name:
-                continue
-            library = ctypes.CDLL(path)
-            setter = next((getattr(library, s) for s in symbols if hasattr(library, s)), None)
-            if setter is not None:
-                setter(ctypes.c_int(threads))
-                done = True
-    return done
-
-
-def _loaded_libraries() -> list[str]:
-    """The shared libraries mapped into this process (Linux; elsewhere none are found)."""
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            paths = {fields[5].strip() for fields in (line.split(None, 5) for line in maps) if len(fields) == 6}
-    except OSError:
-        return []
-    return sorted(p for p in paths if p.startswith("/") and ".so" in os.path.basename(p) and os.path.exists(p))

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import UsageError
 from ..plan.records import Plan
 from ..spec.records import Param
+
+
+class LoopProgressView(Protocol):
+    """What draws the loops' progress instead of the plain line (the CLI's terminal view, execute knows none)."""
+
+    def show(self, loop: str, done: int, steps: int, note: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,8 @@ class RunSettings:
     tls_cert: str | None = None
     tls_key: str | None = None
     on_loop_progress: Callable[[str, int, int], None] | None = None  # (loop, steps done, steps) per window
+    # draws each loop's progress in place of the plain line (whatever ``progress`` says): the CLI's, on a terminal
+    progress_view: LoopProgressView | None = None
     task_names: str = "auto"  # how Dask keys are named: auto, op or kind (see orchestrator.compile.dask_keys)
     granularity: str = "partition"  # a Dask task per device partition (loops: per window), or "op": per op
     use_cache: bool = True  # False: neither read nor write the cache (--no-cache)

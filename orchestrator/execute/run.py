@@ -37,7 +37,8 @@ from ..devices import DeviceSpec
 from ..errors import OrchestratorError, RunError
 from ..compile.records import CompiledGraph
 from ..plan.records import Plan
-from .records import LoopOutcome, RunReport, RunResult, RunSettings, RunTotals, SearchOutcome, TransferRecord
+from .records import (LoopOutcome, LoopProgressView, RunReport, RunResult, RunSettings, RunTotals, SearchOutcome,
+                      TransferRecord)
 from ..paths import PathUse
 from ..perf import paused_gc
 from ..runtime import LOG_TOPIC, discard_saves, drain_records
@@ -85,7 +86,8 @@ class Runner:
         self.saves_settled = False  # checkpoints of this run committed (or there is nothing left to discard)
         self.cache: CacheUse | None = None
         self.links = False  # loop windows' values go over direct links between workers (else Dask's comms)
-        self.progress_line = LoopProgress()
+        self.progress_line: LoopProgressView | None = settings.progress_view or (  # (the CLI's: a terminal)
+            LoopProgress() if settings.progress or (settings.progress is None and sys.stdout.isatty()) else None)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -352,7 +354,7 @@ class Runner:
     def loop_progress(self, loop: str, done: int, steps: int, note: str = "") -> None:
         if self.settings.on_loop_progress is not None:
             self.settings.on_loop_progress(loop, done, steps)
-        if self.settings.progress or (self.settings.progress is None and sys.stdout.isatty()):
+        if self.progress_line is not None:
             self.progress_line.show(loop, done, steps, note)
 
     def translate(self, exc: Exception) -> RunError:
