@@ -83,8 +83,8 @@ def _compile_strict(definition: dict[str, Any]) -> Callable[[Any], Any]:
     """fastjsonschema's validator of ``definition``, generated with integers that are ints only (not ``2.0``).
 
     fastjsonschema picks its code generator by the schema's ``$schema``; for
-    2020-12 that is its 2019-09 generator, whose ``type`` test is draft 6's
-    (``2.0`` is an integer). :class:`_StrictIntegers` is that generator with
+    2020-12 that is its 2019-09 generator (draft 7's before 2.20), whose
+    ``type`` test is draft 6's (``2.0`` is an integer). :class:`_StrictIntegers` is that generator with
     draft 4's test (an int, not a bool), the one jsonschema is given below.
     The generated code is run as ``fastjsonschema.compile`` runs it.
     """
@@ -107,9 +107,13 @@ class _StrictIntegers:
     def make(cls, definition: dict[str, Any], resolver: Any) -> Any:
         if cls._class is None:
             from fastjsonschema.draft04 import CodeGeneratorDraft04
-            from fastjsonschema.draft2019 import CodeGeneratorDraft2019
 
-            cls._class = type("CodeGeneratorStrictIntegers", (CodeGeneratorDraft2019,),
+            latest: Any
+            try:  # the generator fastjsonschema.compile picks for a 2020-12 schema
+                from fastjsonschema.draft2019 import CodeGeneratorDraft2019 as latest
+            except ImportError:  # before 2.20 (the floor is 2.19): draft 7's, as compile picked there
+                from fastjsonschema.draft07 import CodeGeneratorDraft07 as latest
+            cls._class = type("CodeGeneratorStrictIntegers", (latest,),
                               {"generate_type": CodeGeneratorDraft04.generate_type})
         return cls._class(definition, resolver=resolver)
 
