@@ -13,7 +13,8 @@ import jsonschema
 import pytest
 
 from orchestrator.cli import run_cli
-from orchestrator.execute.records import DeviceLoss, DeviceRecord, OpRecord, RunReport, RunTotals, TransferRecord
+from orchestrator.execute.records import (RUN_REPORT_FORMAT, DeviceLoss, DeviceRecord, OpRecord, RunReport, RunTotals,
+                                          TransferRecord)
 from orchestrator.spec.records import Param
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,6 +67,7 @@ def test_the_writer_fills_every_field_the_schema_defines_and_nothing_else() -> N
     assert _problems(data) == []
     schema = json.loads(PUBLISHED.read_text(encoding="utf-8"))
     assert set(data) == set(schema["properties"])  # the writer and the schema name the same fields
+    assert schema["properties"]["format"]["const"] == data["format"] == RUN_REPORT_FORMAT
     for record, name in ((data["ops"][0], "op"), (data["devices"][0], "device"), (data["totals"], "totals"),
                          (data["transfers"][0], "transfer"), (data["losses"][0], "loss"), (data["params"][0], "param")):
         assert set(record) == set(schema["$defs"][name]["properties"]), name
