@@ -81,12 +81,12 @@ def _good() -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("change, says", [
-    (lambda r: r["ops"][0].update(output_bytes="8"), "'ops[0].output_bytes' should be a whole number, got a string"),
+    (lambda r: r["ops"][0].update(output_bytes="8"), "'ops[0].output_bytes' should be a whole number or null, got a string"),
     (lambda r: r["ops"][0].update(output_bytes=-8), "'ops[0].output_bytes' should be a whole number of at least 0, got -8"),
     (lambda r: r["totals"].update(ops=[1]), "'totals.ops' should be a whole number, got an array"),
-    (lambda r: r.update(elapsed="1 s"), "'elapsed' is not a field of a run report (format 1)"),
+    (lambda r: r.update(elapsed="1 s"), "'elapsed' is not a field of a run report"),
     (lambda r: r["devices"][0].pop("device"), "'devices[0].device' is missing"),
-    (lambda r: r.update(loops={"train": 3}), "'loops.train' should be a string, got a number"),
+    (lambda r: r.update(loops={"train": 3}), "'loops.train' should be a string or an object, got a number"),
     (lambda r: r.update(granularity="task"), "'granularity': 'task' is not one of ['partition', 'op']"),
 ])
 def test_a_report_that_breaks_the_schema_is_refused_in_one_line_naming_the_file(

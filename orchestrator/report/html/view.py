@@ -207,13 +207,11 @@ class _Fields:
         value = self.data.get(key)
         return value if isinstance(value, str) else (default or "")
 
-    def number(self, key: str, optional: bool = False) -> float | None:
-        value = self.data.get(key)
-        return None if value is None else float(value)
+    def number(self, key: str, optional: bool = False) -> float | None:  # (every field that may be missing is)
+        return None if self.data.get(key) is None else float(self.data[key])
 
     def count(self, key: str, optional: bool = False) -> int | None:
-        value = self.data.get(key)
-        return None if value is None else int(value)
+        return None if self.data.get(key) is None else int(self.data[key])
 
     def items(self, key: str, optional: bool = False) -> list[Any]:
         value = self.data.get(key)
@@ -244,7 +242,7 @@ def run_report_problem(data: object) -> str:
 
 
 _KINDS: dict[str, str] = {"number": "a number", "string": "a string", "array": "an array", "object": "an object",
-          "integer": "a whole number", "boolean": "true or false", "null": "null"}
+                          "integer": "a whole number", "boolean": "true or false", "null": "null"}
 
 
 def _in_words(error: Any) -> str:
@@ -256,14 +254,16 @@ def _in_words(error: Any) -> str:
         return f"'{_path([*error.absolute_path, missing])}' is missing"
     if error.validator == "additionalProperties":
         extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
-        return f"'{_path([*error.absolute_path, extra[0]])}' is not a field of a run report (format 1)"
+        return f"'{_path([*error.absolute_path, extra[0]])}' is not a field of a run report"
     if error.validator == "minimum":
         return f"{where} should be a whole number of at least {error.validator_value}, got {error.instance!r}"
-    if error.validator == "type":
-        kinds: list[str] = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+    alternatives = list(error.context or ()) if error.validator in ("oneOf", "anyOf") else [error]
+    if alternatives and all(e.validator == "type" for e in alternatives):  # of no type it may have: say them all
+        kinds = [k for e in alternatives for k in (e.validator_value if isinstance(e.validator_value, list)
+                                                   else [e.validator_value])]
         return f"{where} should be {' or '.join(_KINDS[k] for k in kinds)}, got {_json_type(error.instance)}"
-    if error.validator in ("oneOf", "anyOf") and error.context:
-        return _in_words(min(error.context, key=lambda e: e.validator == "type"))
+    if alternatives and error.validator in ("oneOf", "anyOf"):  # of a type it may have, but wrong: say why
+        return _in_words(next(e for e in alternatives if e.validator != "type"))
     return f"{where}: {error.message}"
 
 
