@@ -1,8 +1,9 @@
 """Package discovery: every ``orchestrator*`` package, and ``schemas/`` as ``orchestrator.schemas``.
 
-The spec schema is kept once, in ``schemas/`` (where editors, CI and the
-docs point); the wheel ships that same file inside the package, so that
-``orchestrate schema`` and validation read it from an installed copy.
+The published schemas (the spec's, the run report's) are kept once, in
+``schemas/`` (where editors, CI and the docs point); the wheel ships those
+same files inside the package, so that ``orchestrate schema``, validation and
+``orchestrate report`` read them from an installed copy.
 Everything else about the project is in ``pyproject.toml``.
 """
 

@@ -43,9 +43,11 @@ def test_the_wheel_ships_every_package_and_the_schema_once(wheel: Path) -> None:
     for package in _packages_in_tree():
         assert f"{package.replace('.', '/')}/__init__.py" in names, f"the wheel lacks {package}"
     schemas = sorted(n for n in names if n.endswith(".schema.json"))
-    assert schemas == ["orchestrator/schemas/spec.schema.json"]
-    shipped = zipfile.ZipFile(wheel).read("orchestrator/schemas/spec.schema.json")
-    assert shipped == (ROOT / "schemas" / "spec.schema.json").read_bytes()
+    published = ["run-report.schema.json", "spec.schema.json"]  # the run report's and the spec's
+    assert schemas == [f"orchestrator/schemas/{name}" for name in published]
+    for name in published:
+        shipped = zipfile.ZipFile(wheel).read(f"orchestrator/schemas/{name}")
+        assert shipped == (ROOT / "schemas" / name).read_bytes()
     # the repository keeps it once: no second copy (or link) inside the package
     assert not list((ROOT / "orchestrator").rglob("*.schema.json"))
 

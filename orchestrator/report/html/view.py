@@ -1,8 +1,12 @@
 """The checked view of a run report: the JSON ``run --report`` writes, read into the fields the page draws.
 
-The input is ``RunReport.as_dict()``; it is read through small views that
-check every field they use, so a file that is not a run report is one clear
-:class:`BadRunReport`, never a traceback.
+The run report has one definition, the published JSON Schema
+``schemas/run-report.schema.json`` (docs/run-report.md): ``RunReport.as_dict``
+writes it (the tests validate every report their example runs write), and
+this reader checks a file against it before reading a field, so that a file
+that is not a run report is one clear :class:`BadRunReport` naming the file
+and the first field that breaks the schema, never a traceback. Once checked,
+the views below read fields without checking them again.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ... import jsonschemas
 from ...errors import OrchestratorError
 from ...execute.records import RUN_REPORT_FORMAT
 
@@ -192,71 +197,81 @@ def _json_type(value: object) -> str:
 
 
 class _Fields:
-    """Typed access to one JSON object of the report; a wrong or missing field names its path."""
+    """One JSON object of a report already checked against the schema: its fields, with defaults."""
 
     def __init__(self, data: object, where: str):
-        if not isinstance(data, dict):
-            raise _Wrong(f"{where or 'the report'} should be an object, got {_json_type(data)}")
-        self.data: dict[str, Any] = data
+        self.data: dict[str, Any] = data if isinstance(data, dict) else {}
         self.where = where
 
-    def _path(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
-
-    def _value(self, key: str, optional: bool) -> Any:
-        if key not in self.data:
-            if optional:
-                return None
-            raise _Wrong(f"'{self._path(key)}' is missing")
-        return self.data[key]
-
     def text(self, key: str, default: str | None = None) -> str:
-        value = self._value(key, default is not None)
-        if value is None and default is not None:
-            return default
-        if not isinstance(value, str):
-            raise _Wrong(f"'{self._path(key)}' should be a string, got {_json_type(value)}")
-        return value
+        value = self.data.get(key)
+        return value if isinstance(value, str) else (default or "")
 
-    def number(self, key: str, optional: bool = False) -> float | None:
-        value = self._value(key, optional)
-        if value is None and optional:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise _Wrong(f"'{self._path(key)}' should be a number, got {_json_type(value)}")
-        return float(value)
+    def number(self, key: str, optional: bool = False) -> float | None:  # (every field that may be missing is)
+        return None if self.data.get(key) is None else float(self.data[key])
 
     def count(self, key: str, optional: bool = False) -> int | None:
-        value = self._value(key, optional)
-        if value is None and optional:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise _Wrong(f"'{self._path(key)}' should be a whole number of at least 0, got {value!r}")
-        return value
+        return None if self.data.get(key) is None else int(self.data[key])
 
     def items(self, key: str, optional: bool = False) -> list[Any]:
-        value = self._value(key, optional)
-        if value is None and optional:
-            return []
-        if not isinstance(value, list):
-            raise _Wrong(f"'{self._path(key)}' should be an array, got {_json_type(value)}")
-        return value
+        value = self.data.get(key)
+        return value if isinstance(value, list) else []
 
     def mapping(self, key: str) -> _Fields:
-        value = self._value(key, True)
-        return _Fields({} if value is None else value, self._path(key))
-
-
-class _Wrong(Exception):
-    """A field of the report is missing or of the wrong type (becomes :class:`BadRunReport`)."""
+        return _Fields(self.data.get(key), f"{self.where}.{key}" if self.where else key)
 
 
 def parse_run_report(data: Mapping[str, Any], source: str = "the run report") -> RunView:
-    """Check a run report's JSON and return the view the page draws; :class:`BadRunReport` if it is not one."""
-    try:
-        return _parse(_Fields(dict(data) if isinstance(data, Mapping) else data, ""))
-    except _Wrong as exc:
-        raise BadRunReport(f"{source} is not a run report: {exc}") from None
+    """Check a run report's JSON against its schema and return the view the page draws; :class:`BadRunReport`
+    (one line: ``source``, then the first field that breaks the schema) if it is not one."""
+    problem = run_report_problem(data)
+    if problem:
+        raise BadRunReport(f"{source} is not a run report: {problem}")
+    return _parse(_Fields(dict(data), ""))
+
+
+def run_report_problem(data: object) -> str:
+    """What makes ``data`` not a run report (the first violation of its schema, in words), or ``""``."""
+    if not isinstance(data, Mapping):
+        return f"expected a JSON object, got {_json_type(data)}"
+    version = data.get("format")
+    if version != RUN_REPORT_FORMAT:
+        return f"'format' is {version!r}, this orchestrate reads run reports of format {RUN_REPORT_FORMAT}"
+    error = next(iter(jsonschemas.validator(jsonschemas.RUN_REPORT).iter_errors(dict(data))), None)
+    return "" if error is None else _in_words(error)
+
+
+_KINDS: dict[str, str] = {"number": "a number", "string": "a string", "array": "an array", "object": "an object",
+                          "integer": "a whole number", "boolean": "true or false", "null": "null"}
+
+
+def _in_words(error: Any) -> str:
+    """One violation of the run report's schema: the field's path and what it should be."""
+    path = _path(error.absolute_path)
+    where = f"'{path}'" if path else "the report"
+    if error.validator == "required":
+        missing = next(key for key in error.validator_value if key not in error.instance)
+        return f"'{_path([*error.absolute_path, missing])}' is missing"
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        return f"'{_path([*error.absolute_path, extra[0]])}' is not a field of a run report"
+    if error.validator == "minimum":
+        return f"{where} should be a whole number of at least {error.validator_value}, got {error.instance!r}"
+    alternatives = list(error.context or ()) if error.validator in ("oneOf", "anyOf") else [error]
+    if alternatives and all(e.validator == "type" for e in alternatives):  # of no type it may have: say them all
+        kinds = [k for e in alternatives for k in (e.validator_value if isinstance(e.validator_value, list)
+                                                   else [e.validator_value])]
+        return f"{where} should be {' or '.join(_KINDS[k] for k in kinds)}, got {_json_type(error.instance)}"
+    if alternatives and error.validator in ("oneOf", "anyOf"):  # of a type it may have, but wrong: say why
+        return _in_words(next(e for e in alternatives if e.validator != "type"))
+    return f"{where}: {error.message}"
+
+
+def _path(parts: Any) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
 
 
 def _loop_words(loops: _Fields, key: str) -> str:
@@ -274,9 +289,6 @@ def _loop_words(loops: _Fields, key: str) -> str:
 
 
 def _parse(top: _Fields) -> RunView:
-    version = top.data.get("format")
-    if version != RUN_REPORT_FORMAT:
-        raise _Wrong(f"'format' is {version!r}, this orchestrate reads run reports of format {RUN_REPORT_FORMAT}")
     naming = top.mapping("task_names")
     totals = top.mapping("totals")
     phases = top.mapping("phases_seconds")
@@ -367,18 +379,11 @@ def _loop_steps(loop: str, f: _Fields) -> LoopStepsView:
     path = f.mapping("critical_path")
     splits = f.mapping("devices")
     return LoopStepsView(
-        loop=loop, sampled_steps=tuple(_whole(step, f"{f.where}.sampled_steps[{i}]")
-                                       for i, step in enumerate(f.items("sampled_steps", optional=True))),
+        loop=loop, sampled_steps=tuple(int(step) for step in f.items("sampled_steps", optional=True)),
         devices=tuple(_split(key, splits.mapping(key)) for key in splits.data),
         path_step=path.count("step", optional=True), path_seconds=path.number("seconds", optional=True) or 0.0,
         segments=tuple(_segment(_Fields(item, f"{path.where}.segments[{i}]"))
                        for i, item in enumerate(path.items("segments", optional=True))))
-
-
-def _whole(value: object, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _Wrong(f"'{where}' should be a whole number, got {_json_type(value)}")
-    return value
 
 
 def _split(device: str, f: _Fields) -> StepSplitView:

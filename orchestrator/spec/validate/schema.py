@@ -1,28 +1,35 @@
 """The JSON Schema check: fast acceptance, then every violation with its path and a hint.
 
-The schema check has a fast path: a compiled validator (fastjsonschema)
-accepts a valid document in a small fraction of YAML parsing time; only when
-it rejects do we run ``jsonschema`` (the only module importing it) to collect
-*every* violation with its path, turned into diagnostics with hints by
-:mod:`.schema_errors`.
+One schema, ``schemas/spec.schema.json``, judged two ways for two jobs.
+Accepting a valid document must cost little beside parsing it (benchmark B2:
+validate + place + plan + compile within 1.5x of libyaml's parse): code that
+fastjsonschema generates from the schema accepts a 10k-op spec in about
+0.05 s of CPU, where jsonschema takes 1.1 s even when each graph item is
+given its kind's schema directly (3-4 s through the schema's if/then).
+Explaining a rejected one needs every violation, with the alternatives
+that failed inside ``anyOf``: only jsonschema gives those (through
+:mod:`orchestrator.jsonschemas`, its one home), and :mod:`.schema_errors`
+turns them into diagnostics with hints. So fastjsonschema answers "valid?",
+and only a "no" runs jsonschema.
 
-Both validators read ``"type": "integer"`` strictly, as a Python ``int``.
-JSON Schema (since draft 6) calls ``2.0`` an integer, but the stages after
-validation hand counts and dimensions to ``range`` and NumPy, which refuse
-floats: ``shape: [1e3]`` (a float in YAML 1.2) or ``tasks: 2.0`` used to pass
+Both read ``"type": "integer"`` strictly, as a Python ``int``. JSON Schema
+(since draft 6) calls ``2.0`` an integer, but the stages after validation
+hand counts and dimensions to ``range`` and NumPy, which refuse floats:
+``shape: [1e3]`` (a float in YAML 1.2) or ``tasks: 2.0`` used to pass
 validation and fail at run time. Now they are schema errors saying to write
-``1000`` or ``2``.
+``1000`` or ``2``. jsonschema is given a strict integer type checker (its
+extension point); fastjsonschema generates its code with draft 4's type test
+(a generator class of its own, not an edit of the code it generated).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
+from ... import jsonschemas
 from ..constructs import CONSTRUCTS
 from ...errors import Diagnostic, YamlPath
 from ..records import Document
@@ -45,15 +52,12 @@ __all__ = [
 ]
 
 
-@lru_cache(maxsize=1)
 def schema_text() -> str:
-    return resources.files("orchestrator.schemas").joinpath("spec.schema.json").read_text(encoding="utf-8")
+    return jsonschemas.schema_text(jsonschemas.SPEC)
 
 
-@lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads(schema_text())
-    return loaded
+    return jsonschemas.schema(jsonschemas.SPEC)
 
 
 @lru_cache(maxsize=1)
@@ -65,7 +69,6 @@ def _fast_validators() -> tuple[Any, dict[str, Any]]:
     """
     import copy
 
-
     # fastjsonschema rewrites the $refs of the schema it compiles in place (to absolute URIs):
     # compile a copy, so that schema() stays the file's schema for every other reader.
     full = copy.deepcopy(schema())
@@ -76,52 +79,48 @@ def _fast_validators() -> tuple[Any, dict[str, Any]]:
     return _compile_strict(top), kinds
 
 
-# fastjsonschema writes its integer test as "not isinstance(x, (int)) and not
-# (isinstance(x, float) and x.is_integer()) or isinstance(x, bool)": dropping
-# the middle clause leaves exactly the strict test jsonschema is given below.
-_INTEGRAL_FLOAT_CLAUSE = re.compile(r" and not \(isinstance\((\w+), float\) and \1\.is_integer\(\)\)")
-
-
 def _compile_strict(definition: dict[str, Any]) -> Callable[[Any], Any]:
-    """A fastjsonschema validator of ``definition`` whose integers are ints only (not ``2.0``).
+    """fastjsonschema's validator of ``definition``, generated with integers that are ints only (not ``2.0``).
 
-    When the generated code does not have the expected form (another
-    fastjsonschema version), the validator accepts nothing, so every document
-    goes to the (strict, slower) jsonschema check: never a false yes.
+    fastjsonschema picks its code generator by the schema's ``$schema``; for
+    2020-12 that is its 2019-09 generator (draft 7's before 2.20), whose
+    ``type`` test is draft 6's (``2.0`` is an integer). :class:`_StrictIntegers` is that generator with
+    draft 4's test (an int, not a bool), the one jsonschema is given below.
+    The generated code is run as ``fastjsonschema.compile`` runs it.
     """
-    import fastjsonschema
+    from fastjsonschema.ref_resolver import RefResolver
 
-    code = fastjsonschema.compile_to_code(definition)
-    strict = _INTEGRAL_FLOAT_CLAUSE.sub("", code)
-    entry = _ENTRY.search(strict)  # the schema's own function comes first; its name follows the $id
-    namespace: dict[str, Any] = {}
-    if entry is not None and "is_integer()" not in strict:
-        exec(compile(strict, "<spec schema>", "exec"), namespace)  # what fastjsonschema.compile does
-    validator = namespace.get(entry.group(1)) if entry is not None else None
-    return validator if callable(validator) else _reject_all
+    resolver = RefResolver.from_schema(definition, handlers={}, store={})
+    generator = _StrictIntegers.make(definition, resolver)
+    namespace: dict[str, Any] = generator.global_state
+    exec(generator.func_code, namespace)  # noqa: S102 - our own schema's generated code, as fastjsonschema.compile
+    validator: Callable[[Any], Any] = namespace[resolver.get_scope_name()]
+    return validator
 
 
-_ENTRY = re.compile(r"^def (\w+)\(data\b", re.MULTILINE)
+class _StrictIntegers:
+    """The generator class, made on first use (fastjsonschema is imported only when a spec is checked)."""
+
+    _class: Any = None
+
+    @classmethod
+    def make(cls, definition: dict[str, Any], resolver: Any) -> Any:
+        if cls._class is None:
+            from fastjsonschema.draft04 import CodeGeneratorDraft04
+
+            latest: Any
+            try:  # the generator fastjsonschema.compile picks for a 2020-12 schema
+                from fastjsonschema.draft2019 import CodeGeneratorDraft2019 as latest
+            except ImportError:  # before 2.20 (the floor is 2.19): draft 7's, as compile picked there
+                from fastjsonschema.draft07 import CodeGeneratorDraft07 as latest
+            cls._class = type("CodeGeneratorStrictIntegers", (latest,),
+                              {"generate_type": CodeGeneratorDraft04.generate_type})
+        return cls._class(definition, resolver=resolver)
 
 
-def _reject_all(data: Any) -> Any:
-    import fastjsonschema
-
-    raise fastjsonschema.JsonSchemaValueException("the fast validator is not available")
-
-
-def _strict_int(_checker: Any, instance: Any) -> bool:
-    return type(instance) is int  # not bool, not 2.0
-
-
-@lru_cache(maxsize=1)
 def _full_validator() -> Any:
-    """jsonschema's 2020-12 validator of the spec schema, with strict integers."""
-    import jsonschema
-
-    base = jsonschema.Draft202012Validator
-    extend: Any = jsonschema.validators.extend  # untyped in jsonschema's stubs
-    return extend(base, type_checker=base.TYPE_CHECKER.redefine("integer", _strict_int))(schema())
+    """jsonschema's 2020-12 validator of the spec schema, with strict integers (:mod:`orchestrator.jsonschemas`)."""
+    return jsonschemas.validator(jsonschemas.SPEC)
 
 
 def _fast_valid(data: Any) -> bool:
@@ -168,7 +167,7 @@ def _copy_use(error: Any) -> bool:
 
 @lru_cache(maxsize=1)
 def _item_validator() -> Any:
-    return type(_full_validator())({"$defs": schema()["$defs"], "$ref": "#/$defs/item"})
+    return jsonschemas.validator_of({"$defs": schema()["$defs"], "$ref": "#/$defs/item"})
 
 
 def check_copy_items(doc: Document, bodies: Iterable[tuple[YamlPath, int, Any]]) -> list[Diagnostic]:
