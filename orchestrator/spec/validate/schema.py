@@ -24,9 +24,14 @@ extension point); fastjsonschema generates its code with draft 4's type test
 
 from __future__ import annotations
 
+import hashlib
+import marshal
+import os
 import re
-from collections.abc import Callable, Iterable
+import sys
+from collections.abc import Iterable
 from functools import lru_cache
+from types import CodeType
 from typing import Any
 
 from ... import jsonschemas
@@ -66,7 +71,34 @@ def _fast_validators() -> tuple[Any, dict[str, Any]]:
 
     Dispatching items by kind here, as the schema's if/then does, avoids the
     exceptions fastjsonschema raises inside every failed ``if`` — 9 per op.
+    The generated code (3.5 MB of Python) took 1.1 s to generate and compile,
+    in every process, before any spec was checked: it is kept compiled in the
+    user's cache (:func:`_cached_code`), keyed by the schema's text, the
+    fastjsonschema release and the Python that compiled it.
     """
+    import fastjsonschema
+
+    key = hashlib.sha256("\0".join((schema_text(), str(fastjsonschema.VERSION), sys.version, _GENERATOR))
+                         .encode("utf-8")).hexdigest()[:32]
+    codes = _cached_code(key)
+    if codes is None:
+        codes = {kind: (compile(source, f"<spec schema: {kind}>", "exec"), name)
+                 for kind, (source, name) in _generated().items()}
+        _keep_code(key, codes)
+    validators = {}
+    for kind, (code, name) in codes.items():
+        namespace: dict[str, Any] = {}
+        exec(code, namespace)  # noqa: S102 - our own schema's generated code, as fastjsonschema.compile runs it
+        validators[kind] = namespace[name]
+    top = validators.pop("")
+    return top, validators
+
+
+_GENERATOR = "strict-integers-1"  # a change to _StrictIntegers changes this, and so the cached code's key
+
+
+def _generated() -> dict[str, tuple[str, str]]:
+    """Per item kind (``""``: the document without its items), the validator's source and its function's name."""
     import copy
 
     # fastjsonschema rewrites the $refs of the schema it compiles in place (to absolute URIs):
@@ -74,28 +106,58 @@ def _fast_validators() -> tuple[Any, dict[str, Any]]:
     full = copy.deepcopy(schema())
     defs = full["$defs"]
     top = {**full, "properties": {**full["properties"], "graph": {"type": "array", "minItems": 1}}}
-    kinds = {kind: _compile_strict({"$schema": full["$schema"], "$defs": defs, **defs[kind]})
-             for kind in ("op", *CONSTRUCTS)}
-    return _compile_strict(top), kinds
+    # the kinds first, then the document: generating code for the document (it has an $id) rewrites the $refs
+    # of the $defs the kinds share, which the kinds' generators would then look for at that address
+    made = {kind: _source({"$schema": full["$schema"], "$defs": defs, **defs[kind]}) for kind in ("op", *CONSTRUCTS)}
+    made[""] = _source(top)
+    return made
 
 
-def _compile_strict(definition: dict[str, Any]) -> Callable[[Any], Any]:
-    """fastjsonschema's validator of ``definition``, generated with integers that are ints only (not ``2.0``).
+def _cache_file(key: str) -> str:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "orchestrator", f"spec-validators-{key}.marshal")
+
+
+def _cached_code(key: str) -> dict[str, tuple[CodeType, str]] | None:
+    """The compiled validators kept by an earlier process, or None (none kept, or unreadable: made again)."""
+    try:
+        with open(_cache_file(key), "rb") as handle:
+            codes = marshal.load(handle)
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    if not isinstance(codes, dict) or "" not in codes:
+        return None
+    return codes
+
+
+def _keep_code(key: str, codes: dict[str, tuple[CodeType, str]]) -> None:
+    """Keep the compiled validators for the next process; a cache that cannot be written costs only time."""
+    path = _cache_file(key)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "wb") as handle:
+            marshal.dump(codes, handle)
+        os.replace(temporary, path)  # whole or not at all: another process may be reading it
+    except OSError:
+        pass
+
+
+def _source(definition: dict[str, Any]) -> tuple[str, str]:
+    """fastjsonschema's validator of ``definition`` as source (and its function's name), generated with integers
+    that are ints only (not ``2.0``).
 
     fastjsonschema picks its code generator by the schema's ``$schema``; for
     2020-12 that is its 2019-09 generator (draft 7's before 2.20), whose
     ``type`` test is draft 6's (``2.0`` is an integer). :class:`_StrictIntegers` is that generator with
     draft 4's test (an int, not a bool), the one jsonschema is given below.
-    The generated code is run as ``fastjsonschema.compile`` runs it.
+    The source is what ``fastjsonschema.compile_to_code`` writes: its state, then its functions.
     """
     from fastjsonschema.ref_resolver import RefResolver
 
     resolver = RefResolver.from_schema(definition, handlers={}, store={})
     generator = _StrictIntegers.make(definition, resolver)
-    namespace: dict[str, Any] = generator.global_state
-    exec(generator.func_code, namespace)  # noqa: S102 - our own schema's generated code, as fastjsonschema.compile
-    validator: Callable[[Any], Any] = namespace[resolver.get_scope_name()]
-    return validator
+    return f"{generator.global_state_code}\n{generator.func_code}", str(resolver.get_scope_name())
 
 
 class _StrictIntegers:
