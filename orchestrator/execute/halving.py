@@ -35,7 +35,7 @@ decisions, how each copy ended and each copy's metric curves
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -43,6 +43,7 @@ import numpy as np
 
 from ..compile import LoopState, loop_start
 from ..compile.records import Located
+from ..devices import DeviceSpec
 from ..errors import NoWorkerError, RunError
 from ..ops.training import evaluation_steps
 from ..ops.values import CopyFailed
@@ -56,10 +57,16 @@ from .training import Driver, TrainingLoop
 class Staged(Driver, Protocol):
     """What the copies' driver needs of the staged run (``execute.loops.StagedRun``) that runs it."""
 
-    known: dict[str, Located]
-    client_values: dict[str, Any]
-    cache: CacheUse | None
-    parent: dict[str, str | None]
+    @property
+    def cache(self) -> CacheUse | None: ...
+    @property
+    def parent(self) -> Mapping[str, str | None]: ...
+
+    def place(self, name: str, future: Any, device: DeviceSpec) -> Located: ...
+
+    def keep_on_client(self, values: Mapping[str, Any]) -> None: ...
+
+    def drop_sinks(self, futures: Sequence[Any]) -> None: ...
 
     def window_mode(self, loop: Loop) -> str: ...
 
@@ -208,7 +215,7 @@ class CopyLoops:
         staged = self.staged
         if not copy.lane:
             staged.submitter.abort_loop(staged.plan.spec.loops.index(copy.loop), f"copy {copy.index} failed")
-        staged.sinks[:] = [s for s in staged.sinks if all(s is not mine for mine in copy.training.sinks)]
+        staged.drop_sinks(copy.training.sinks)
         staged.echo(f"sweep '{self.search.name}': copy {copy.index}'s loop '{copy.loop.name}' failed past step "
                     f"{copy.reached}; the other copies go on: {error.splitlines()[0] if error else '?'}")
 
@@ -248,7 +255,7 @@ class CopyLoops:
             missing = [s for s in evaluation_steps(loop.steps, loop.evaluation.every) if s > stopped.step]
             tables = {k: np.concatenate([v, [[s, np.nan] for s in missing]]) if missing else v
                       for k, v in tables.items()}
-        staged.client_values.update(tables)
+        staged.keep_on_client(tables)
         self.outcomes[loop.name] = copy.training.outcome
         if stopped is not None:
             for values in copy.series.values():
@@ -266,12 +273,12 @@ class CopyLoops:
         for name in loop.exports:
             device = staged.plan.placement(name).device
             future = staged.submitter.scatter(marker, device)
-            staged.held[future.key] = future
-            staged.known[name] = Located(future.key, device)
-            staged.client_values[name] = marker
-            staged.notes[name] = f"result of loop '{loop.name}', which failed (its copy failed)"
+            staged.place(name, future, device)
+            staged.keep_on_client({name: marker})
+            staged.note(name, f"result of loop '{loop.name}', which failed (its copy failed)")
         for name in (*loop.body, *loop.evaluated):
-            staged.notes.setdefault(name, f"loop '{loop.name}' of copy {copy.index} failed after step {failed.step}")
+            staged.note(name, f"loop '{loop.name}' of copy {copy.index} failed after step {failed.step}",
+                        unless_said=True)
         self.outcomes[loop.name] = replace(copy.training.outcome, stopped_at_step=failed.step,
                                            stop_reason="failed", steps_run=failed.step)
 

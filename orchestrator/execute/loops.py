@@ -43,6 +43,7 @@ from .checkpointing import CheckpointWriter
 from .training import TrainingLoop
 from .halving import CopyLoops, copy_loops, group_search
 from .records import LoopOutcome, SearchOutcome
+from .state import RunValues
 from .hits import place_hits, recorded
 from .submitter import Submitter
 from .outputs import MetricFiles, metric_value
@@ -54,7 +55,7 @@ def _writes_files(plan: Plan, name: str) -> bool:
 
 
 @dataclass
-class StagedRun:
+class StagedRun(RunValues):
     """One staged run of a plan with loops; ``notes`` says which ops the driver resolved itself."""
 
     plan: Plan

@@ -23,7 +23,7 @@ the loop began and ended (``outcome``, for the run report).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Generator, Mapping, Protocol, Sequence
+from typing import Any, Generator, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -41,18 +41,33 @@ from .submitter import Submitter
 
 
 class Driver(Protocol):
-    """What a loop needs of the staged run driving it."""
+    """What a loop needs of the staged run driving it: its values read-only, changed through the run's own
+    methods (``execute.state``: the run is their one owner)."""
 
-    plan: Plan
-    options: CompileOptions
-    submitter: Submitter
-    held: dict[str, Any]
-    known: dict[str, Located]
-    done: dict[str, Located]
-    sinks: list[Any]
-    notes: dict[str, str]  # ops the driver resolved without running them, and why
-    checkpoints: CheckpointWriter | None
-    metric_files: MetricFiles | None
+    @property
+    def plan(self) -> Plan: ...
+    @property
+    def options(self) -> CompileOptions: ...
+    @property
+    def submitter(self) -> Submitter: ...
+    @property
+    def held(self) -> Mapping[str, Any]: ...
+    @property
+    def known(self) -> Mapping[str, Located]: ...
+    @property
+    def done(self) -> Mapping[str, Located]: ...
+    @property
+    def checkpoints(self) -> CheckpointWriter | None: ...
+    @property
+    def metric_files(self) -> MetricFiles | None: ...
+
+    def hold(self, futures: Mapping[str, Any]) -> None: ...
+
+    def release(self, keys: Iterable[str]) -> None: ...
+
+    def note(self, op: str, text: str, unless_said: bool = False) -> None: ...
+
+    def wait_for_sinks(self, futures: Iterable[Any]) -> None: ...
 
     def collect(self, loop: Loop, series: dict[str, list[Any]], window: CompiledWindow,
                 futures: dict[str, Any], extra: str = "", also: Sequence[str] = ()) -> list[Any]: ...
@@ -131,8 +146,8 @@ class TrainingLoop:
         if begin >= self.loop.steps:  # resumed from a checkpoint at its last step: nothing is left to run
             self.outcome = replace(self.outcome, steps_run=0)
             for name in self.loop.body + self.loop.evaluated:
-                self.driver.notes.setdefault(name, f"not run: loop '{self.loop.name}' resumed from its checkpoint "
-                                                   "at its last step")
+                self.driver.note(name, f"not run: loop '{self.loop.name}' resumed from its checkpoint at its last "
+                                       "step", unless_said=True)
             return replace(state, carried=self.best.carried) if self.best is not None else state
         if self.gang:
             state = self.driver.prepare_gang(self.loop, state, self.offset)
@@ -177,7 +192,7 @@ class TrainingLoop:
         wanted = [c.key for c in window.carried.values()] + [k for keys in window.metric_keys for k in keys] + \
             list(window.sink_keys) + list(window.persistent_moves.values())
         futures = d.submitter.submit(window.graph, wanted)
-        d.held.update({key: futures[key] for key in window.persistent_moves.values()})
+        d.hold({key: futures[key] for key in window.persistent_moves.values()})
         after = after_window(state, window)
         return _Submitted(window, futures, after, stop, self.evaluate(after, stop))
 
@@ -191,7 +206,7 @@ class TrainingLoop:
                                 outputs=[str(ref) for _, ref in evaluation.metrics], step=self.offset + stop)
         futures = d.submitter.submit(compiled, list(compiled.output_keys.values()))
         self.sinks += [futures[k] for k in compiled.sink_keys]
-        d.sinks += [futures[k] for k in compiled.sink_keys]
+        d.wait_for_sinks(futures[k] for k in compiled.sink_keys)
         return dict(compiled.output_keys), futures
 
     def read(self, sub: _Submitted) -> bool:
@@ -254,19 +269,17 @@ class TrainingLoop:
 
     def keep_best(self, sub: _Submitted) -> None:
         """Hold the new best evaluation's states on the cluster, and let the previous best's go."""
-        held, previous = self.driver.held, self.best
+        previous = self.best
         kept = {c.key for c in sub.state.carried.values()}
         if previous is not None:
-            for located in previous.carried.values():
-                if located.key not in kept:
-                    held.pop(located.key, None)
+            self.driver.release(c.key for c in previous.carried.values() if c.key not in kept)
         self.best = sub.state
-        held.update({key: sub.futures[key] for key in kept})
+        self.driver.hold({key: sub.futures[key] for key in kept})
 
     def finish(self, last: _Submitted) -> LoopState:
         """The loop's final state: its last window's (or, with ``restore_best``, the best evaluation's)."""
         state = last.state
-        self.driver.held.update({c.key: last.futures[c.key] for c in state.carried.values()})
+        self.driver.hold({c.key: last.futures[c.key] for c in state.carried.values()})
         if self.best is not None:
             state = replace(state, carried=self.best.carried)
         steps = self.outcome.stopped_at_step
@@ -318,7 +331,7 @@ class TrainingLoop:
         for var, value in zip(self.loop.state, values):
             device = d.plan.placement(var.placeholder).device
             future = d.submitter.scatter(value, device)
-            d.held[future.key] = future
+            d.hold({future.key: future})
             carried[var.name] = Located(future.key, device)
         return carried
 
