@@ -9,6 +9,7 @@ costs time and changes no answer.
 
 from __future__ import annotations
 
+import marshal
 import os
 import subprocess
 import sys
@@ -53,11 +54,12 @@ def test_a_damaged_kept_file_is_made_again_and_an_unwritable_cache_changes_nothi
     bad.write_text(BAD, encoding="utf-8")
     expected = _validate(bad, cache)
     kept = _kept(cache)[0]
-    kept.write_bytes(b"not marshal data")
-    damaged = _validate(bad, cache)
-    assert (damaged.returncode, damaged.stdout, damaged.stderr) == (expected.returncode, expected.stdout,
-                                                                  expected.stderr)
-    assert kept.stat().st_size > 100_000  # made again and kept
+    for damage in (b"not marshal data", marshal.dumps({"": ("not code", 1)})):  # unreadable; readable, wrong
+        kept.write_bytes(damage)
+        damaged = _validate(bad, cache)
+        assert (damaged.returncode, damaged.stdout, damaged.stderr) == (expected.returncode, expected.stdout,
+                                                                      expected.stderr)
+        assert kept.stat().st_size > 100_000  # made again and kept
     blocked = tmp_path / "a-file"
     blocked.write_text("", encoding="utf-8")  # XDG_CACHE_HOME names a file: nothing can be written under it
     unwritable = _validate(bad, blocked)

@@ -30,7 +30,7 @@ from ..ops import KernelError, lookup
 from ..ops.values import CopyFailed, failure_in
 from .exchange import Mailbox
 from .tasks import OpTask
-from .links import Address, Links
+from .links import Links
 from .usercode import WORKING_DIRECTORY, describe, user_origin
 
 LOG_TOPIC = "orchestrator-log"

@@ -24,6 +24,7 @@ extension point); fastjsonschema generates its code with draft 4's type test
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import marshal
 import os
@@ -125,22 +126,24 @@ def _cached_code(key: str) -> dict[str, tuple[CodeType, str]] | None:
             codes = marshal.load(handle)
     except (OSError, EOFError, ValueError, TypeError):
         return None
-    if not isinstance(codes, dict) or "" not in codes:
-        return None
-    return codes
+    whole = isinstance(codes, dict) and "" in codes and all(
+        isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], CodeType) and isinstance(entry[1], str)
+        for entry in codes.values())
+    return codes if whole else None
 
 
 def _keep_code(key: str, codes: dict[str, tuple[CodeType, str]]) -> None:
     """Keep the compiled validators for the next process; a cache that cannot be written costs only time."""
     path = _cache_file(key)
+    temporary = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        temporary = f"{path}.{os.getpid()}.tmp"
         with open(temporary, "wb") as handle:
             marshal.dump(codes, handle)
         os.replace(temporary, path)  # whole or not at all: another process may be reading it
     except OSError:
-        pass
+        with contextlib.suppress(OSError):  # a full disk: leave no half-written file behind
+            os.remove(temporary)
 
 
 def _source(definition: dict[str, Any]) -> tuple[str, str]:
