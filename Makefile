@@ -101,6 +101,9 @@ wheel-check: $(STAMP)
 # Linux x86-64, hash-checked, and the package's own wheel. See docs/gpu.md.
 PY ?= 3.11
 WHEELHOUSE := build/wheelhouse
+# GPU hosts keep the NumPy their CuPy was built against and run no linters (the
+# device link carries 64 MiB: these would be half of it)
+WHEELHOUSE_LEAVES_OUT := numpy mypy librt ast_serialize grimp import_linter ruff
 MANYLINUX := $(foreach n,2_28 2_27 2_24 2_17 2014 1,--platform manylinux$(if $(findstring _,$(n)),_$(n),$(n))_x86_64)
 
 wheelhouse: $(STAMP)
@@ -109,6 +112,7 @@ wheelhouse: $(STAMP)
 		--custom-compile-command 'make wheelhouse PY=$(PY)' $(DEV_LOCK) -o $(WHEELHOUSE)/requirements.txt
 	$(BIN)/python -m pip download --quiet --only-binary=:all: --implementation cp --python-version $(PY) \
 		$(MANYLINUX) --require-hashes --no-deps -r $(WHEELHOUSE)/requirements.txt -d $(WHEELHOUSE)
+	cd $(WHEELHOUSE) && rm -f $(foreach n,$(WHEELHOUSE_LEAVES_OUT),$(n)-*.whl)
 	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w $(WHEELHOUSE) .
 	@echo "$(WHEELHOUSE): $$(ls $(WHEELHOUSE) | wc -l) wheels for Python $(PY), $$(du -sh $(WHEELHOUSE) | cut -f1)"
 

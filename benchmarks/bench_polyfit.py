@@ -62,6 +62,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 EXAMPLE = os.path.join(ROOT, "examples", "polyfit.yaml")
+SPEC = {"path": EXAMPLE}  # what the orchestrate side runs: --spec replaces it
 
 SEED, BATCH, LOW, HIGH = 7, 50, -10.0, 10.0
 LR, BETA1, BETA2, EPS = 0.1, 0.9, 0.999, 1e-8
@@ -315,7 +316,7 @@ def run_orchestrate(steps: int, extra: list[str], timeout: float | None) -> dict
     workdir = tempfile.mkdtemp(prefix="b6-orchestrate-")
     try:
         report_path = os.path.join(workdir, "run.json")
-        cmd = [*orchestrate_command(), "run", EXAMPLE, *step_settings(steps), "--report", report_path,
+        cmd = [*orchestrate_command(), "run", SPEC["path"], *step_settings(steps), "--report", report_path,
                "--output-dir", workdir, *extra]
         whole, done = run_process(cmd, timeout, ROOT)
         ended = time.time()  # its output closed: the process and everything it started are gone
@@ -455,6 +456,8 @@ def main() -> int:
     parser.add_argument("--sides", default=",".join(SIDES), help=f"comma-separated, of {','.join(SIDES)}")
     parser.add_argument("--orchestrate-args", default="", metavar="ARGS",
                         help="extra arguments for `orchestrate run`, e.g. --orchestrate-args='--granularity op'")
+    parser.add_argument("--spec", default=EXAMPLE, help="the spec the orchestrate side runs (default: the example; "
+                        "make gpu-check passes it with its GPUs folded onto the machine's)")
     parser.add_argument("--budget", type=float, default=None, help="seconds this benchmark may take (run_all.py)")
     parser.add_argument("--side", choices=[s for s in SIDES if s != "orchestrate"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -470,6 +473,7 @@ def main() -> int:
     deadline = None if args.budget is None else started + args.budget - BUDGET_MARGIN
     rounds = args.rounds or (1 if args.quick else 3)
     extra = shlex.split(args.orchestrate_args)
+    SPEC["path"] = os.path.abspath(args.spec)
     chosen = [s.strip() for s in args.sides.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in SIDES]
     if unknown:
@@ -483,7 +487,7 @@ def main() -> int:
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
     meta: dict[str, Any] = {"steps": steps, "rounds": rounds, "rounds_done": 0,
                             "warmup_steps": min(steps, WARMUP_STEPS), "cores": os.cpu_count(),
-                            "orchestrate_args": extra, "tolerance": TOLERANCE, "goals_at_most": GOALS}
+                            "orchestrate_args": extra, "spec": SPEC["path"], "tolerance": TOLERANCE, "goals_at_most": GOALS}
 
     def left() -> float | None:
         return None if deadline is None else deadline - time.perf_counter()

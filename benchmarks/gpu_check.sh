@@ -9,7 +9,8 @@
 #    and this checkout installed editable;
 # 2. the gpu-marked tests (tests/test_gpu.py: every example on the cupy
 #    backend against NumPy, memory caps, the backend chosen by auto);
-# 3. every example run with --gpu-backend cupy, as a user would;
+# 3. every example run with --gpu-backend cupy, as a user would (its GPUs folded
+#    onto the machine's as virtual GPUs where it has fewer: benchmarks/fold_gpus.py);
 # 4. B4 (towers on 1 and 2 real GPUs) and B6 (polyfit, 200 steps) on cupy.
 # Everything goes to one log; the exit code is the number of failed steps.
 set -uo pipefail
@@ -33,25 +34,49 @@ nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version --format=csv 
 step "install from $WHEELHOUSE (offline)"
 [ -f "$WHEELHOUSE/requirements.txt" ] || { echo "gpu-check: no $WHEELHOUSE/requirements.txt: run 'make wheelhouse PY=<this Python>' where the network is"; exit 2; }
 rm -rf "$VENV"
-"$PY" -m venv --system-site-packages "$VENV" || exit 2
-# the wheelhouse's numpy would shadow the one the machine's CuPy was built against: keep the machine's
-"$VENV/bin/python" - "$WHEELHOUSE/requirements.txt" build/gpu-check/requirements.txt <<'PYEOF'
+# a python without ensurepip (a distribution's, under a framework's venv) makes
+# its venv without pip; the machine's own pip then installs into it
+PIP=("$VENV/bin/python" -m pip)
+if ! "$PY" -m venv --system-site-packages "$VENV" 2>/dev/null; then
+    rm -rf "$VENV"; "$PY" -m venv --system-site-packages --without-pip "$VENV" || exit 2
+    PIP=("$PY" -m pip --python "$VENV/bin/python")
+fi
+# The machine's python3 may itself be a venv (a framework image's): then
+# --system-site-packages reaches the base interpreter's packages, not the ones
+# beside that python's CuPy. A .pth adds that python's own site dirs, after
+# the venv's, with their .pth files processed.
+"$PY" -c 'import site; print("import site; " + "; ".join(f"site.addsitedir({d!r})" for d in site.getsitepackages()))' \
+    > "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gpu-host.pth" || exit 2
+"$VENV/bin/python" -c 'import cupy' || { echo "gpu-check: the venv does not see $PY's CuPy"; exit 2; }
+"$VENV/bin/python" - "$WHEELHOUSE" build/gpu-check/requirements.txt <<'PYEOF'
 import re, sys
-# drop numpy and its hash lines: the machine's CuPy comes with the NumPy it was built against
-text = open(sys.argv[1]).read()
-blocks = re.split(r"\n(?=\S)", text)
-open(sys.argv[2], "w").write("\n".join(b for b in blocks if not b.lower().startswith("numpy==")) + "\n")
+from pathlib import Path
+# keep the pins whose wheels the wheelhouse holds: it leaves out NumPy (the
+# machine's CuPy comes with the NumPy it was built against) and the linters
+house = Path(sys.argv[1])
+held = {re.sub(r"[-_.]+", "-", w.name.split("-")[0]).lower() for w in house.glob("*.whl")}
+blocks = re.split(r"\n(?=\S)", (house / "requirements.txt").read_text())
+def name(block: str) -> str:
+    return re.sub(r"[-_.]+", "-", block.split("==")[0]).lower()
+kept = [b for b in blocks if b.startswith("#") or name(b) in held]
+Path(sys.argv[2]).write_text("\n".join(kept) + "\n")
+print(f"{sum(not b.startswith('#') for b in kept)} pinned wheels to install")
 PYEOF
-"$VENV/bin/python" -m pip install --quiet --no-index --find-links "$WHEELHOUSE" --require-hashes \
+"${PIP[@]}" install --quiet --no-index --find-links "$WHEELHOUSE" --require-hashes \
     -r build/gpu-check/requirements.txt || exit 2
-"$VENV/bin/python" -m pip install --quiet --no-index --no-deps --no-build-isolation -e . || exit 2
+"${PIP[@]}" install --quiet --no-index --no-deps --no-build-isolation -e . || exit 2
 BIN="$VENV/bin"
 
 step "gpu-marked tests"
 check "$BIN/python" -m pytest -m gpu -v -p no:cacheprovider tests/test_gpu.py
 
 step "every example on the cupy backend"
-for example in examples/*.yaml; do
+# examples asking for more GPUs than this machine has run folded onto its GPUs as virtual GPUs
+VISIBLE=$("$BIN/python" -c 'from orchestrator.runtime.backends import cuda_device_count; print(cuda_device_count())')
+[ "${VISIBLE:-0}" -ge 1 ] 2>/dev/null || VISIBLE=1  # none: the runs below say so, one by one
+rm -rf build/gpu-check/examples
+"$BIN/python" benchmarks/fold_gpus.py examples build/gpu-check/examples "$VISIBLE"
+for example in build/gpu-check/examples/*.yaml; do
     name=$(basename "$example" .yaml)
     echo "--- $example"
     "$BIN/orchestrate" run "$example" --gpu-backend cupy --output-dir "build/gpu-check/$name" \
@@ -69,7 +94,8 @@ step "B4: towers on real GPUs"
 check "$BIN/python" benchmarks/bench_scaling.py --quick --gpu-backend cupy
 
 step "B6: polyfit on real GPUs"
-check "$BIN/python" benchmarks/bench_polyfit.py --quick --sides orchestrate,numpy --orchestrate-args="--gpu-backend cupy"
+check "$BIN/python" benchmarks/bench_polyfit.py --quick --sides orchestrate,numpy --orchestrate-args="--gpu-backend cupy" \
+    --spec build/gpu-check/examples/polyfit.yaml
 
 step "done: $failed step(s) failed; log in $LOG"
 exit "$failed"
