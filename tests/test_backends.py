@@ -116,3 +116,36 @@ def test_a_new_backend_is_one_registry_entry(tmp_path: Path, monkeypatch: pytest
     # host_outputs: one more task, copying b to the host on its GPU's worker
     simulated = run_file(spec, echo=lambda _: None, gpu_backend="simulated")
     assert (traced.report["totals"]["tasks"], simulated.report["totals"]["tasks"]) == (2, 1)
+
+
+CROSSING = """\
+    version: 1
+    cluster:
+      gpu_backend: BACKEND
+      jobs:
+        localhost: {gpus: 2}
+    graph:
+      - {name: a, op: random.uniform, shape: [6, 4], seed: 3, device: /cpu:0}
+      - {name: parts, replicate: {devices: /gpu:*, split: {a: 0}, body: [{name: sq, op: square, inputs: [a]}],
+                                  combine: {sq: concat}, combine_device: /cpu:0}}
+      - {name: total, op: sum, inputs: [parts.sq], device: /cpu:0}
+      - {name: twice, op: add, inputs: [parts.sq, parts.sq], device: /gpu:1}
+    outputs: {total: "-", twice: "-"}
+    """
+
+
+@pytest.mark.cluster
+def test_device_arrays_bound_for_a_cpu_cross_as_host_copies_made_on_their_gpu(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CuPy array Dask sends to a worker without a GPU cannot be rebuilt there (seen on an H200: the run
+    hung): a backend whose outputs are device arrays crosses to a CPU as a host copy made on its GPU."""
+    entry = BackendEntry("device-only", "registered_backend:DeviceOnlyBackend", host_outputs=True,
+                         about="the simulated GPU, with CuPy's arrays' crossing")
+    monkeypatch.setattr(backends, "BACKENDS", {**backends.BACKENDS, "device-only": entry})
+    spec = _spec(tmp_path, "device-only", CROSSING)
+    for granularity in ("partition", "op"):
+        result = run_file(spec, echo=lambda _: None, granularity=granularity, write_outputs=False, use_cache=False)
+        a = np.random.default_rng([3, 0]).uniform(0, 1, (6, 4))
+        np.testing.assert_allclose(result.values["total"], (a ** 2).sum(), rtol=1e-12)
+        np.testing.assert_allclose(result.values["twice"], 2 * a ** 2, rtol=1e-12)
+        assert type(result.values["twice"]) is np.ndarray

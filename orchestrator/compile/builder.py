@@ -107,8 +107,11 @@ class GraphBuilder:
     def __init__(self, plan: Plan, token: str, base_dir: str = ".", suffix: str = "",
                  known_moves: Mapping[tuple[str, str], str] | None = None, shared_keys: Collection[str] = (),
                  out_dir: str | None = None, task_names: TaskNames = "op",
-                 readers: Mapping[tuple[str, str], int] | None = None):
+                 readers: Mapping[tuple[str, str], int] | None = None, host_crossings: bool = False):
         self.plan, self.spec, self.token, self.base_dir = plan, plan.spec, token, base_dir
+        # a device array (CuPy's) bound for a device without a GPU crosses as a host copy made where it lives:
+        # Dask would otherwise rebuild the device array on the receiver, which has no GPU to put it on
+        self.host_crossings = host_crossings
         self.names = KeyNamer(task_names)
         self.out_dir = out_dir or base_dir  # save ops write here; load and call read from base_dir
         self.suffix = suffix or f"-{token}"
@@ -167,6 +170,8 @@ class GraphBuilder:
         if value.device == consumer:
             return value.key, value.index  # same worker: index the tuple in place, no task
         value = self.materialize(value, ref)  # only the output needed crosses
+        if self.host_crossings and value.device.device_type == "GPU" and consumer.device_type != "GPU":
+            value = Located(self.to_host(value, ref), value.device)
         if consumer.device_index == ANY:
             return value.key, None
         pair = (value.key, consumer.to_string())

@@ -62,7 +62,7 @@ def compile_gang_prep(plan: Plan, loop: Loop, state: LoopState, options: Compile
     builder = GraphBuilder(plan, options.token, options.base_dir,
                            suffix=f"-{options.token}-L{spec.loops.index(loop)}prep{offset}",
                            known_moves=state.outer_moves,
-                           shared_keys=outer_keys, out_dir=options.out_dir, task_names=options.task_names)
+                           shared_keys=outer_keys, out_dir=options.out_dir, task_names=options.task_names, host_crossings=options.host_outputs)
     placed: dict[tuple[str, str], tuple[str, int | None]] = {}
     for name in loop.body:
         if name in placeholders:
@@ -241,7 +241,7 @@ def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, op
     last = min(loop.steps, start + loop.window) if stop is None else stop
     opening = start == 0 if first is None else first
     builder = GraphBuilder(plan, options.token, options.base_dir, suffix=suffix, out_dir=options.out_dir,
-                           task_names=options.task_names)
+                           task_names=options.task_names, host_crossings=options.host_outputs)
     builder.step = (offset + start, offset + last - 1)
     shape = _shape(plan, loop)
     sends = _sends(plan, shape)

@@ -34,7 +34,7 @@ def compile_plan(plan: Plan, options: CompileOptions, only: Collection[str] | No
     by_op = options.granularity == "op"
     parts = () if by_op else stage_partitions(plan, names, cut_after)
     builder = GraphBuilder(plan, options.token, options.base_dir, suffix="" if step is None else
-                           f"-{options.token}-s{step}", out_dir=options.out_dir, task_names=options.task_names,
+                           f"-{options.token}-s{step}", out_dir=options.out_dir, task_names=options.task_names, host_crossings=options.host_outputs,
                            readers=None if by_op else partition_readers(plan, parts))
 
     def resolve(ref: OpRef) -> Located:

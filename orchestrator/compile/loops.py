@@ -65,7 +65,7 @@ def compile_window(plan: Plan, loop: Loop, start: int, state: LoopState, options
     builder = GraphBuilder(plan, options.token, options.base_dir,
                            suffix=f"-{options.token}-L{index}w{offset + start}",
                            known_moves=state.outer_moves, shared_keys=outer_keys, out_dir=options.out_dir,
-                           task_names=options.task_names,
+                           task_names=options.task_names, host_crossings=options.host_outputs,
                            readers=partition_readers(plan, parts) if by_partition else None)
     carried = dict(state.carried)
     metric_keys: list[tuple[str, ...]] = []
@@ -141,7 +141,7 @@ def compile_fetch(plan: Plan, values: Mapping[str, Located], options: CompileOpt
     if not options.host_outputs and all(v.index is None for v in values.values()):
         return None
     builder = GraphBuilder(plan, options.token, options.base_dir, suffix=f"-{options.token}-out",
-                           task_names=options.task_names)
+                           task_names=options.task_names, host_crossings=options.host_outputs)
     wanted: dict[str, str] = {}
     for text, located in values.items():
         ref = OpRef.parse(text)
