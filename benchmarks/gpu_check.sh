@@ -68,7 +68,7 @@ PYEOF
 BIN="$VENV/bin"
 
 step "gpu-marked tests"
-check "$BIN/python" -m pytest -m gpu -v -p no:cacheprovider --timeout 120 tests/test_gpu.py
+check "$BIN/python" -m pytest -m gpu -v -p no:cacheprovider --timeout 90 tests/test_gpu.py
 
 step "every example on the cupy backend"
 # examples asking for more GPUs than this machine has run folded onto its GPUs as virtual GPUs
@@ -80,7 +80,7 @@ for example in build/gpu-check/examples/*.yaml; do
     name=$(basename "$example" .yaml)
     echo "--- $example"
     # a run that hangs is a failure with its one line (Ctrl-C's), not the end of the check
-    timeout -s INT 120 "$BIN/orchestrate" run "$example" --gpu-backend cupy --output-dir "build/gpu-check/$name" \
+    timeout -s INT 90 "$BIN/orchestrate" run "$example" --gpu-backend cupy --output-dir "build/gpu-check/$name" \
         --report "build/gpu-check/$name-run.json" --no-cache > "build/gpu-check/$name.out" 2>&1
     rc=$?
     cat "build/gpu-check/$name.out"
