@@ -207,3 +207,36 @@ def test_each_gpu_worker_process_sees_its_uuid_first(tmp_path: Path) -> None:
     result = run_file(path, echo=lambda _: None)
     seen = [bytes(np.asarray(result.values[f"g{i}"], dtype=np.uint8)).decode() for i in range(3)]
     assert seen == [f"{GPU1},{MIG_NEW},{MIG_OLD}", f"{MIG_NEW},{MIG_OLD},{GPU1}", f"{MIG_OLD},{GPU1},{MIG_NEW}"]
+
+
+NVML_ON = '''
+import dask
+
+def nvml_on(x, xp):
+    return xp.asarray(float(bool(dask.config.get("distributed.diagnostics.nvml"))))
+'''
+
+
+@pytest.mark.cluster
+def test_simulated_gpu_workers_leave_the_ordinals_they_are_shown_unmonitored(tmp_path: Path) -> None:
+    """Dask's NVML monitoring opens a worker's first CUDA_VISIBLE_DEVICES GPU: a simulated GPU:1 on a machine
+    with one real GPU stopped its worker at start (seen on an H200). Only real-GPU workers are monitored."""
+    (tmp_path / "nvml.py").write_text(NVML_ON)
+    path = tmp_path / "nvml.yaml"
+    path.write_text(textwrap.dedent("""\
+        version: 1
+        cluster:
+          gpu_backend: simulated
+          dashboard: false
+          jobs:
+            localhost: {gpus: 2}
+        graph:
+          - {name: x, op: ones, shape: [1], device: /cpu:0}
+          - {name: g, op: call, fn: 'nvml:nvml_on', kernels: [cpu, gpu], inputs: [x], device: /gpu:1}
+        outputs: {g: '-'}
+        """))
+    assert run_file(path, echo=lambda _: None).values["g"] == 0.0
+    plan = plan_file(path)
+    gpu1 = plan.spec.cluster.devices[-1]
+    assert worker_options(plan.spec.cluster, gpu1)["config"]["distributed.diagnostics.nvml"] is True  # cupy's
+    assert worker_options(plan.spec.cluster, gpu1, real_gpus=False)["config"]["distributed.diagnostics.nvml"] is False

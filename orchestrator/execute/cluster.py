@@ -68,7 +68,7 @@ def device_configs(cluster: Cluster, backend: str) -> dict[str, DeviceConfig]:
 
 
 def worker_options(cluster: Cluster, device: Device, host: str | None = "127.0.0.1",
-                   security: Any = None) -> dict[str, Any]:
+                   security: Any = None, real_gpus: bool = True) -> dict[str, Any]:
     """Options of the ``Nanny`` standing for ``device`` (host ``None``: Dask picks the interface)."""
     job = cluster.job(device.spec.job)
     assert job is not None
@@ -88,7 +88,11 @@ def worker_options(cluster: Cluster, device: Device, host: str | None = "127.0.0
         # Dask's statistical profiler keeps the task thread's frames, and every value they hold, past their
         # step: a GPU then holds more than the memory plan says (seen: two minibatches where one is planned)
         # and spends CPU sampling. Per-op records and the step picture say where a device's time goes.
-        "config": {"distributed.worker.profile.enabled": False},
+        "config": {"distributed.worker.profile.enabled": False,
+                   # Dask's GPU monitoring (NVML) opens the first GPU a worker's CUDA_VISIBLE_DEVICES names: with
+                   # simulated GPUs that may be none this machine has (ordinal 1 of a one-GPU machine), and the
+                   # worker failed to start (seen on an H200). Real GPUs keep it: the dashboard's GPU plots.
+                   "distributed.diagnostics.nvml": real_gpus},
     }
     if security is not None:
         options["security"] = security  # the worker's protocol follows the scheduler's address (tls://)
@@ -122,13 +126,15 @@ class EmbeddedCluster:
     host: str = "127.0.0.1"
     devices: tuple[Device, ...] | None = None
     security: Any = None  # a distributed.Security: TLS everywhere (tls:// addresses)
+    real_gpus: bool = True  # False: the GPUs are simulated (Dask does not monitor the CUDA devices named)
 
     def start(self) -> Any:
         import dask
         from distributed import Nanny, Scheduler, SpecCluster
 
         devices = self.devices if self.devices is not None else self.cluster.devices
-        options = {d.name: worker_options(self.cluster, d, self.host, self.security) for d in devices}
+        options = {d.name: worker_options(self.cluster, d, self.host, self.security, self.real_gpus)
+                   for d in devices}
         for each in options.values():
             each["env"].update(processes.restored_env())
         workers = {name: {"cls": Nanny, "options": each} for name, each in options.items()}

@@ -41,8 +41,10 @@ def prestart(plan: Plan, settings: RunSettings) -> None:
         start_server(server_env())
 
 
-def connect(plan: Plan, settings: RunSettings, base_dir: str) -> tuple[Any, Any]:
-    """An embedded cluster and its client, or ``(None, client)`` of the remote scheduler."""
+def connect(plan: Plan, settings: RunSettings, base_dir: str, real_gpus: bool = True) -> tuple[Any, Any]:
+    """An embedded cluster and its client, or ``(None, client)`` of the remote scheduler.
+
+    ``real_gpus`` False (a simulated backend): Dask does not monitor the CUDA devices its workers are shown."""
     from distributed import Client
 
     spec, s = plan.spec, settings
@@ -50,7 +52,8 @@ def connect(plan: Plan, settings: RunSettings, base_dir: str) -> tuple[Any, Any]
     if embedded(plan, s):
         started: list[Any] = []
         try:  # a stop signal held back during the start arrives when it ends: close what was started
-            started.append(EmbeddedCluster(spec.cluster, spec.cluster.dashboard, security=security).start())
+            started.append(EmbeddedCluster(spec.cluster, spec.cluster.dashboard, security=security,
+                                           real_gpus=real_gpus).start())
             return started[0], Client(started[0], set_as_default=False, security=security)
         except BaseException:
             if started:

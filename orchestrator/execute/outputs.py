@@ -35,6 +35,7 @@ from ..ops import lookup
 from ..ops.values import CopyFailed
 from ..paths import PathUse, clashes
 from ..runtime import commit_saves, discard_saves, settle_saves
+from .records import RunSettings
 
 OnWorkers = Callable[..., Iterable[Any]]  # runs a function of runtime.calls on every worker: what each returned
 
@@ -259,3 +260,10 @@ class MetricFiles:
             with contextlib.suppress(OSError):
                 os.rmdir(folder)
         self.rows, self.folders = {}, []
+
+
+def flag_writes(settings: RunSettings) -> list[PathUse]:
+    """The files the command's flags write (relative to the working directory, as the user typed them)."""
+    flags = [(settings.report_path, "the run report (--report)"),
+             (settings.performance_report, "the performance report (--performance-report)")]
+    return [PathUse(path, what) for path, what in flags if path]

@@ -31,7 +31,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..atomic import write_text
-from ..runtime.backends import backend_entry
+from ..runtime.backends import backend_entry, cuda_device_count
 from ..compile import CompileOptions, choose_task_names, compile_plan
 from ..devices import DeviceSpec
 from ..errors import OrchestratorError, RunError
@@ -39,16 +39,15 @@ from ..compile.records import CompiledGraph
 from ..plan.records import Plan
 from .records import (LoopOutcome, LoopProgressView, RunReport, RunResult, RunSettings, RunTotals, SearchOutcome,
                       TransferRecord)
-from ..paths import PathUse
 from ..perf import paused_gc
 from ..runtime import LOG_TOPIC, discard_saves, drain_records
 from .caching import CacheUse, default_directory, outermost_loop
 from .checkpointing import writer_for
 from .progress import LoopProgress
 from .cluster import dask_settings, device_configs, scheduler_config
-from .connect import choose_backend, connect, cuda_counter, prestart, wait_for_devices
+from .connect import choose_backend, connect, cuda_counter, embedded, prestart, wait_for_devices
 from .loops import StagedRun
-from .outputs import MetricFiles, OnWorkers, commit_run, refuse_overwrites
+from .outputs import MetricFiles, OnWorkers, commit_run, flag_writes, refuse_overwrites
 from .searches import fatal_sweeps, with_sweeps
 from .accounting import device_records, op_records, verify
 from .watch import SchedulerWatch, tell_workers, wait_forever
@@ -111,16 +110,16 @@ class Runner:
         # entered before that would delete them all on exit.
         from .plugin import DeviceRuntimePlugin, open_device_links
 
-        refuse_overwrites(self.spec, self.output_dir, self.base_dir, self.flag_writes())
+        refuse_overwrites(self.spec, self.output_dir, self.base_dir, flag_writes(self.settings))
         retries = max([op.retries for op in self.spec.ops] + [self.spec.run.retries])
         with dask_settings(scheduler_config(self.no_workers_timeout(retries), retries)):
             requested = self.settings.gpu_backend or self.spec.cluster.gpu_backend
-            with self.phase("connect"):
-                cluster, client = connect(self.plan, self.settings, self.base_dir)
+            cluster, client = self._connect(requested)
             self.client = client
             try:
                 self.watch_losses(retries)
-                self.backend, self.backend_why = choose_backend(self.plan, requested, cuda_counter(cluster, client))
+                if cluster is None:  # counted where the GPU workers run
+                    self.backend, self.backend_why = choose_backend(self.plan, requested, cuda_counter(cluster, client))
                 link = client.dashboard_link if "dashboard" in client.scheduler_info().get("services", {}) else None
                 self.echo(f"running '{self.spec.name}' on {'an embedded' if cluster else 'a remote'} Dask cluster "
                           f"({len(self.spec.cluster.devices)} devices, GPU backend: {self.backend}"
@@ -162,6 +161,15 @@ class Runner:
                 if cluster is not None:
                     cluster.close()
 
+    def _connect(self, requested: str) -> tuple[Any, Any]:
+        """An embedded cluster's backend is chosen before its workers start: Dask monitors only real GPUs."""
+        here = embedded(self.plan, self.settings)
+        if here:
+            self.backend, self.backend_why = choose_backend(self.plan, requested, cuda_device_count)
+        with self.phase("connect"):
+            return connect(self.plan, self.settings, self.base_dir,
+                           real_gpus=not here or backend_entry(self.backend).hardware)
+
     def _run_aborting(self, client: Any, link: str | None) -> RunResult:
         """The run; when it fails, the tasks still waiting for a value another device will now never send wake."""
         try:
@@ -183,18 +191,8 @@ class Runner:
         self.losses = Losses(self.plan, self.token, retries, watch, self, self.echo)
         self.waiter = Waiter(self.client, self.losses)
 
-    def flag_writes(self) -> list[PathUse]:
-        """The files the command's flags write (relative to the working directory, as the user typed them)."""
-        s = self.settings
-        flags = [(s.report_path, "the run report (--report)"),
-                 (s.performance_report, "the performance report (--performance-report)")]
-        return [PathUse(path, what) for path, what in flags if path]
-
-    def _has_gpus(self) -> bool:
-        return any(d.is_gpu for d in self.spec.cluster.devices)
-
     def _simulates_gpus(self) -> bool:
-        return self._has_gpus() and not backend_entry(self.backend).hardware
+        return any(d.is_gpu for d in self.spec.cluster.devices) and not backend_entry(self.backend).hardware
 
     def open_cache(self) -> CacheUse | None:
         """The cache of this run, when any op's cache is on (or --resume); None otherwise, or with --no-cache."""

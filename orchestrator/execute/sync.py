@@ -78,7 +78,7 @@ from ..runtime import (LOG_TOPIC, RUNTIME_ATTRIBUTE, Runtime, bind, device_resou
                        task_resource)
 from .cluster import device_configs
 from .loops import StagedRun
-from .outputs import refuse_overwrites
+from .outputs import flag_writes, refuse_overwrites
 from .run import Echo, Runner
 
 
@@ -208,7 +208,7 @@ class SyncRunner(Runner):
     # ------------------------------------------------------------------ run
 
     def run(self) -> RunResult:
-        refuse_overwrites(self.spec, self.output_dir, self.base_dir, self.flag_writes())
+        refuse_overwrites(self.spec, self.output_dir, self.base_dir, flag_writes(self.settings))
         gpus = [d for d in self.spec.cluster.devices if d.is_gpu]
         asked = self.settings.gpu_backend or self.spec.cluster.gpu_backend
         self.backend_why = ("no GPUs in the spec" if not gpus else "--sync simulates every GPU in this process" +
