@@ -80,7 +80,7 @@ for example in build/gpu-check/examples/*.yaml; do
     name=$(basename "$example" .yaml)
     echo "--- $example"
     # a run that hangs is a failure with its one line (Ctrl-C's), not the end of the check
-    timeout -s INT 90 "$BIN/orchestrate" run "$example" --gpu-backend cupy --output-dir "build/gpu-check/$name" \
+    timeout -s INT 90 "$BIN/orchestrate" run "$example" --gpu-backend cupy --output-dir "$PWD/build/gpu-check/$name" \
         --report "build/gpu-check/$name-run.json" --no-cache > "build/gpu-check/$name.out" 2>&1
     rc=$?
     cat "build/gpu-check/$name.out"
