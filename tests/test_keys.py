@@ -163,10 +163,10 @@ def test_a_loop_with_moves_runs_under_kind_names(tmp_path: Path) -> None:
 def test_partition_and_window_keys_name_their_ops_readably() -> None:
     namer = KeyNamer("op")
     assert key_split(namer.partition("towers/0/x+2", "random.uniform", {}, "-3f9a0c1d2e4b")) == "towers/0/x+2"
-    assert key_split(namer.window("train", "worker/0/GPU:1", "-3f9a0c1d2e4b-L0w100")) == "train@worker/0/GPU:1"
+    assert key_split(namer.window("train", "GPU:1", (100, 199), "-3f9a0c1d2e4b-L0w100")) == "train·GPU:1"
     by_kind = KeyNamer("kind")
     assert key_split(by_kind.partition("fit+2", "call", {"fn": "mod:grad"}, "-3f9a0c1d2e4b")) == "grad"
-    assert key_split(by_kind.window("train", "worker/0/GPU:1", "-3f9a0c1d2e4b-L0w100")) == "window"
+    assert key_split(by_kind.window("train", "GPU:1", (100, 199), "-3f9a0c1d2e4b-L0w100")) == "window·GPU:1"
 
 
 @pytest.mark.cluster
@@ -188,6 +188,6 @@ def test_the_dashboard_groups_partitions_and_windows_by_their_ops(tmp_path: Path
         with Client(cluster.scheduler_address, set_as_default=False) as client:
             prefixes = set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes)))
         assert {"x+2", "w", "y+2", "mean"} <= prefixes
-        assert "loop@localhost/0/GPU:0" in prefixes
+        assert "loop·GPU:0" in prefixes
     finally:
         cluster.close()

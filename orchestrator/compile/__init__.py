@@ -32,9 +32,9 @@ whether outputs are copied to the host) and returns frozen records
 driver of a loop hands each window the state the last one left.
 
 Keys are named by :mod:`orchestrator.compile.dask_keys`: by op name (``towers/1/c-<token>``,
-a partition by its first op and count, ``towers/0/x+2-<token>``, a window
-by its loop and device, ``train@worker/0/GPU:1-<token>-L0w100``) or, for
-graphs of many ops, by op kind.
+a partition by its first op and count, ``towers/0/x+2-<token>``) or, for
+graphs of many ops, by op kind; a window by its loop and device, its steps
+after them (``train·GPU:1-steps 100-199-<token>-L0w100``).
 """
 
 from .builder import GraphBuilder, copy_sweeps

@@ -22,17 +22,34 @@ times as long. With up to 64 prefixes over the same 3,000 ops the walk
 stayed within the noise (16: no cost, 256: about +25%; measured when this
 limit was chosen, see docs/running.md), and a task stream of more colours
 than that no longer tells ops apart anyway.
+
+A loop's window has one task per device, so its prefix names the loop and
+the device (``fit·GPU:0``) under either naming (``window·GPU:0`` by kind),
+and the rest of the key names its steps (``fit·GPU:0-steps 50-99-<run>-L0w50``).
+The steps stay out of the prefix on purpose: the scheduler never forgets a
+prefix (``Scheduler.task_prefixes``), nor a worker a prefix's cumulative time,
+so a prefix per window would grow with the loop's length; a prefix per loop
+and device is bounded by the spec. The dashboard's progress bars cut a name
+longer than :data:`SHOWN_WIDTH` characters to its first 12, so a window's
+label puts the device first when loop and device do not fit, and a device is
+named by the shortest name that tells it apart in the cluster (``GPU:0``,
+else ``ps/0/CPU:0``). Names are made from records (the plan's devices and
+loops), never read back out of keys.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal, Mapping
 
+from ..devices import DeviceSpec
 from ..plan.records import Plan
 
 TaskNames = Literal["op", "kind"]
 POLICIES = ("auto", "op", "kind")
 OP_PREFIX_LIMIT = 64
+SHOWN_WIDTH = 15  # distributed's progress bars show a longer name as its first 12 characters and "..."
+# key_split ends a prefix at the first "-": a name's own hyphens become a non-breaking hyphen in a label
+_HYPHEN = "\u2011"
 
 
 def choose_task_names(plan: Plan, policy: str = "auto") -> tuple[TaskNames, str]:
@@ -56,6 +73,21 @@ def kind_label(kind: str, params: Mapping[str, Any]) -> str:
     return kind
 
 
+def device_label(plan: Plan, device: DeviceSpec) -> str:
+    """The shortest name telling ``device`` apart in the plan's cluster: ``GPU:0``, else ``ps/0/CPU:0``."""
+    short = device.short()
+    same = sum(1 for other in plan.spec.cluster.devices if other.spec.short() == short)
+    return short if same == 1 else f"{device.job}/{device.task}/{short}"
+
+
+def window_label(name: str, device: str) -> str:
+    """A window's prefix: ``fit·GPU:0``, or ``GPU:0·a_long_loop`` when the first would be cut on the dashboard."""
+    label = f"{name}\u00b7{device}"
+    if len(label) > SHOWN_WIDTH:
+        label = f"{device}\u00b7{name}"
+    return label.replace("-", _HYPHEN)
+
+
 class KeyNamer:
     """Makes the keys of one graph under one naming; ``suffix`` is ``-<run>`` (``-<run>-<step>`` in loops)."""
 
@@ -73,11 +105,14 @@ class KeyNamer:
             return f"{label}{suffix}"
         return f"{kind_label(kind, params)}{suffix}-{label}"
 
-    def window(self, loop: str, device: str, suffix: str) -> str:
-        """One device's part of a loop window (``train@worker/0/GPU:1``): the loop and the device."""
+    def window(self, loop: str, device: str, steps: tuple[int, int], suffix: str) -> str:
+        """One device's part of a loop window: ``fit·GPU:0-steps 0-49<suffix>`` (by kind
+        ``window·GPU:0-fit steps 0-49<suffix>``); the word after the prefix holds digits, so
+        ``key_split`` stops before it and every window of a loop on a device shares one prefix."""
+        span = f"steps {steps[0]}-{steps[1]}"
         if self.naming == "op":
-            return f"{loop}@{device}{suffix}"
-        return f"window{suffix}-{loop}@{device}"
+            return f"{window_label(loop, device)}-{span}{suffix}"
+        return f"{window_label('window', device)}-{loop.replace('-', _HYPHEN)} {span}{suffix}"
 
     def helper(self, role: str, subject: str, suffix: str) -> str:
         """Keys of the tasks an op needs beside it: ``move``, ``done`` (control edge) and ``host``."""

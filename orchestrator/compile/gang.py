@@ -40,12 +40,9 @@ from ..plan.records import Plan
 from ..spec.records import Loop, OpRef
 from ..runtime import ARG, LOCAL, RECEIVED, STATE, StateRule, WindowTask, run_window
 from .builder import GraphBuilder
+from .dask_keys import device_label
 from .loops import LoopState, lookup_value
 from .options import CompileOptions
-
-
-def _short(device: DeviceSpec) -> str:
-    return f"{device.job}/{device.task}/{device.short()}"
 
 
 def _element(plan: Plan, ref: OpRef) -> int:
@@ -242,12 +239,12 @@ def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, op
     opening = start == 0 if first is None else first
     builder = GraphBuilder(plan, options.token, options.base_dir, suffix=suffix, out_dir=options.out_dir,
                            task_names=options.task_names, host_crossings=options.host_outputs)
-    builder.step = (offset + start, offset + last - 1)
+    steps = builder.step = (offset + start, offset + last - 1)
     shape = _shape(plan, loop)
     sends = _sends(plan, shape)
     urgent = _urgent(plan, loop, shape)
-    keys = {d: builder.names.window(loop.name, _short(plan.spec.cluster.device(d).spec  # type: ignore[union-attr]
-                                                        ), suffix) for d in shape.devices}
+    keys = {d: builder.names.window(loop.name, device_label(plan, DeviceSpec.parse(d)), steps, suffix)
+            for d in shape.devices}
     carried: dict[str, Located] = {}
     metric_keys: dict[str, str] = {}
     for d in shape.devices:
