@@ -222,6 +222,9 @@ class Output:
     path: YamlPath
 
 
+ON_DEVICE_LOST = ("fail", "wait", "replan")  # ``run.on_device_lost``; the first is the default
+
+
 @dataclass(frozen=True)
 class RunOptions:
     output_dir: str | None = None
@@ -229,6 +232,9 @@ class RunOptions:
     retries: int = 0
     timeout: float | None = None
     no_workers_timeout: float = 5.0
+    # What a run does about a lost device worker. ``fail`` by default: a run that went on with fewer
+    # devices would change its timing and each device's memory under the user, so that is asked for.
+    on_device_lost: str = "fail"
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..constructs import expand
 from ...errors import Diagnostic
-from ..records import Document, RunOptions, Spec
+from ..records import ON_DEVICE_LOST, Document, RunOptions, Spec
 from ..params import explain, resolve_params
 from .checker import Checker
 from .combine import settle_weights
@@ -51,7 +51,7 @@ from .names import check_name_keys, once_per_copy
 from .numbers import check_finite_settings
 from .outputs import check_outputs
 from .schema import check_copy_items, check_schema, schema, schema_text
-from .topology import build_cluster, build_placement, scheduler_problem
+from .topology import build_cluster, build_placement, check_on_device_lost, scheduler_problem
 
 __all__ = ["schema", "schema_text", "scheduler_problem", "topological_order", "validate"]
 
@@ -85,7 +85,9 @@ def _validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
     raw_run = data.get("run") or {}
     run = RunOptions(raw_run.get("output_dir"), bool(raw_run.get("allow_absolute_paths", False)),
                      int(raw_run.get("retries", 0)), c.seconds(raw_run.get("timeout"), ("run", "timeout")),
-                     c.seconds(raw_run.get("no_workers_timeout", 5), ("run", "no_workers_timeout")) or 5.0)
+                     c.seconds(raw_run.get("no_workers_timeout", 5), ("run", "no_workers_timeout")) or 5.0,
+                     str(raw_run.get("on_device_lost", ON_DEVICE_LOST[0])))
+    check_on_device_lost(c, run)
     if c.too_big:  # a cluster too big to build: nothing later can be checked against it
         return None, sorted(c.diags, key=lambda d: (d.severity != "error", d.line, d.column))
     expansion = expand(doc, data["graph"], cluster)
