@@ -208,3 +208,42 @@ def test_plan_without_imports_neither_distributed_nor_user_code(tmp_path: Path) 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "re-plan of 'towers'" in done.stdout
+
+
+DATA_PARALLEL = """\
+    version: 1
+    name: dp
+    cluster:
+      jobs:
+        worker: {gpus: 4}
+    graph:
+      - {name: x, op: random.normal, shape: [10, 3], seed: 3, device: /cpu:0}
+      - {name: w, op: random.normal, shape: [3, 1], seed: 4, device: /cpu:0}
+      - name: towers
+        replicate:
+          devices: /job:worker/gpu:*
+          split: {x: 0}
+          broadcast: [w]
+          body:
+            - {name: p, op: matmul, inputs: [x, w]}
+            - {name: sq, op: square, inputs: [p]}
+            - {name: loss, op: mean, inputs: [sq]}
+          combine: {loss: mean}
+          combine_device: /cpu:0
+    outputs:
+      towers.loss: "-"
+    """
+
+
+def test_the_weighted_mean_of_fewer_towers_is_the_same_loss(tmp_path: Path) -> None:
+    """10 rows: 3, 3, 2, 2 over 4 towers, 4, 3, 3 over 3, all 10 on one; the combine weighs each by its rows."""
+    spec = write(tmp_path, DATA_PARALLEL)
+    settings = api.RunSettings(sync=True)
+    losses = []
+    for without in ([], [f"{W}GPU:3"], [f"{W}GPU:1", f"{W}GPU:2", f"{W}GPU:3"]):
+        checked = api.check_file(spec, without=without)
+        assert checked.plan is not None and not checked.errors
+        towers_made = sum(1 for op in checked.plan.spec.ops if op.scope.indices and op.kind == "mean")
+        assert towers_made == 4 - len(without)
+        losses.append(float(api.run_plan(checked.plan, settings, echo=lambda _: None).values["towers.loss"]))
+    assert losses[0] == pytest.approx(losses[1], rel=1e-12) and losses[0] == pytest.approx(losses[2], rel=1e-12)
