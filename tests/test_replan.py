@@ -247,3 +247,12 @@ def test_the_weighted_mean_of_fewer_towers_is_the_same_loss(tmp_path: Path) -> N
         assert towers_made == 4 - len(without)
         losses.append(float(api.run_plan(checked.plan, settings, echo=lambda _: None).values["towers.loss"]))
     assert losses[0] == pytest.approx(losses[1], rel=1e-12) and losses[0] == pytest.approx(losses[2], rel=1e-12)
+
+
+def test_run_on_device_lost_is_recorded_and_fail_by_default(tmp_path: Path) -> None:
+    plain = api.plan_file(write(tmp_path, "version: 1\ngraph:\n  - {name: a, op: ones, shape: [2]}\n", "a.yaml"))
+    assert plain.spec.run.on_device_lost == "fail"
+    asked = api.check_file(write(tmp_path, "version: 1\nrun: {on_device_lost: replan}\n"
+                                           "graph:\n  - {name: a, op: ones, shape: [2]}\n", "b.yaml"))
+    assert asked.spec is not None and asked.spec.run.on_device_lost == "replan"
+    assert [d.code for d in asked.warnings] == ["on-device-lost"]  # a run does not act on it yet, and says so
