@@ -2,6 +2,7 @@
 
     load -> validate -> place -> tasks -> memory         (check_file, plan_file)
     two plans -> what changed between them               (diff_plans, diff_files)
+    the plan without some devices, and its diff          (replan_file)
     ... -> compile -> execute                            (run_file, run_plan)
     the device workers of one task of a remote cluster   (select_worker_task, serve_worker, worker_commands)
 
@@ -29,6 +30,7 @@ from .spec.records import Spec
 from .plan.partition import plan_tasks
 from .perf import paused_gc
 from .plan.place import place
+from .plan.replan import PLACEMENT_CODES, lost_devices
 from .plan.diff import FAIL_CONDITIONS, PlanDiff
 from .plan.diff import diff_plans as _diff_plans
 from .spec.validate import schema_text, validate
@@ -43,6 +45,7 @@ __all__ = [
     "FAIL_CONDITIONS",
     "Plan",
     "PlanDiff",
+    "Replan",
     "RunResult",
     "RunSettings",
     "cache_directory",
@@ -55,6 +58,7 @@ __all__ = [
     "diff_plans",
     "plan_file",
     "render_run_report",
+    "replan_file",
     "run_file",
     "run_plan",
     "schema_text",
@@ -89,15 +93,18 @@ Params = Mapping[str, object] | None
 """``--set`` values for a spec's ``params:``: text is read as YAML (``"1e-3"`` is a float), other values used as is."""
 
 
-def check_file(path: str | os.PathLike[str], display_name: str | None = None, params: Params = None) -> Checked:
-    """Load, validate, place, plan the tasks and memory; collect every diagnostic on the way."""
+def check_file(path: str | os.PathLike[str], display_name: str | None = None, params: Params = None,
+               without: Sequence[str] = ()) -> Checked:
+    """Load, validate, place, plan the tasks and memory; collect every diagnostic on the way.
+
+    ``without``: canonical names of devices to plan without (a re-plan, ``replan_file``)."""
     name = display_name or os.fspath(path)
     with paused_gc():
         try:
             doc = load_file(path, name)
         except SpecError as exc:
             return Checked(name, exc.diagnostics)
-        spec, diagnostics = validate(doc, params)
+        spec, diagnostics = validate(doc, params, without)
         if spec is None:
             return Checked(name, tuple(diagnostics))
         plan = place(spec)
@@ -128,6 +135,35 @@ def diff_files(new_path: str | os.PathLike[str], old_path: str | os.PathLike[str
     if new.errors or old.errors or new.plan is None or old.plan is None:
         raise SpecError([*new.errors, *old.errors] or [*new.diagnostics, *old.diagnostics])
     return _diff_plans(new.plan, old.plan)
+
+
+@dataclass(frozen=True)
+class Replan:
+    """The plan of a spec without some devices, beside its full plan: what a re-plan on loss would do.
+
+    ``checked`` has the re-plan's diagnostics (an op pinned to a lost device, what no longer fits);
+    ``diff`` is from the full plan to the re-plan, when the re-plan placed every op."""
+
+    full: Plan
+    lost: tuple[str, ...]
+    checked: Checked
+    diff: PlanDiff | None
+
+
+def replan_file(path: str | os.PathLike[str], without: Sequence[str], params: Params = None,
+                full: Plan | None = None) -> Replan:
+    """``orchestrate plan SPEC --without DEVICE...``: the spec planned again on the devices left.
+
+    ``without``: device strings or patterns (``/job:worker/task:0/device:GPU:3``, ``/job:worker/task:1``).
+    Raises :class:`SpecError` when the spec itself has errors, :class:`UsageError` for a device the cluster
+    does not have (with the closest name). ``full``: the spec's plan with these params, when it is at hand."""
+    full = full or plan_file(path, params=params)
+    lost = lost_devices(full.spec.cluster, without)
+    checked = check_file(path, params=params, without=lost)
+    placed = checked.plan is not None and not any(d.is_error and d.code in PLACEMENT_CODES
+                                                  for d in checked.diagnostics)
+    diff = _diff_plans(checked.plan, full) if placed and checked.plan is not None else None
+    return Replan(full, lost, checked, diff)
 
 
 def run_plan(plan: Plan, settings: RunSettings | None = None,

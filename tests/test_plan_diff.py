@@ -311,7 +311,7 @@ def test_fail_on_moved_exits_1_only_when_an_op_moved(tmp_path: Path, monkeypatch
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--fail-on", "moved"], "orchestrate plan: --fail-on needs --diff OLD"),
+    (["--fail-on", "moved"], "orchestrate plan: --fail-on needs --diff OLD or --without DEVICE"),
     (["--format", "github"], "orchestrate plan: --format github needs --diff OLD"),
     (["--diff", "old.yaml", "--format", "dot"], "orchestrate plan: --diff cannot render --format dot "
                                                 "(choose from text, json, github)"),

@@ -46,10 +46,15 @@ def _checked(path: str, params: dict[str, str] | None = None) -> api.Plan | None
 
 
 def cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
+    if args.without and args.diff is not None:
+        raise UsageError("orchestrate plan: --without and --diff OLD cannot be combined (--without shows its own "
+                         "diff: from the full plan)")
+    if args.without:
+        return _plan_without(args, out)
     if args.diff is not None:
         return _plan_diff(args, out)
     if args.fail_on:
-        raise UsageError("orchestrate plan: --fail-on needs --diff OLD")
+        raise UsageError("orchestrate plan: --fail-on needs --diff OLD or --without DEVICE")
     if args.format not in report.PLAN_FORMATS:
         raise UsageError(f"orchestrate plan: --format {args.format} needs --diff OLD")
     plan = _checked(args.file, params_of(args))
@@ -95,6 +100,25 @@ def _plan_diff(args: argparse.Namespace, out: TextIO) -> int:
     diff = api.diff_plans(new, old)
     out.write(report.PLAN_DIFF_FORMATS[args.format](diff))
     return EXIT_INVALID if diff.fails(conditions) else EXIT_OK
+
+
+def _plan_without(args: argparse.Namespace, out: TextIO) -> int:
+    """``plan SPEC --without DEVICE...``: the re-plan on the devices left and its diff from the full plan; exit 1
+    when it does not hold (an op pinned to a lost device, a peak that no longer fits) or a ``--fail-on`` holds."""
+    if args.format not in report.REPLAN_FORMATS:
+        raise UsageError(f"orchestrate plan: --without cannot render --format {args.format} "
+                         f"(choose from {', '.join(report.REPLAN_FORMATS)})")
+    if args.dot:
+        raise UsageError("orchestrate plan: --dot draws the full plan; leave --without out for it")
+    conditions = _fail_conditions(args.fail_on)
+    full = _checked(args.file, params_of(args))
+    if full is None:
+        return EXIT_INVALID
+    replan = api.replan_file(args.file, args.without, params_of(args), full)
+    view = report.ReplanView(replan.full, replan.lost, replan.checked.plan, replan.checked.diagnostics, replan.diff)
+    out.write(report.REPLAN_FORMATS[args.format](view))
+    failed = not view.ok or (replan.diff is not None and replan.diff.fails(conditions))
+    return EXIT_INVALID if failed else EXIT_OK
 
 
 def _refuse_clashes(command: str, reads: Sequence[PathUse], writes: Sequence[PathUse]) -> None:

@@ -85,10 +85,14 @@ def _add_plan(sub: Any, handlers: Handlers) -> None:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--format", choices=sorted({*report.PLAN_FORMATS, *report.PLAN_DIFF_FORMATS}),
                    default="text", help="text (default), json or dot; with --diff: text, json or github "
-                                        "(annotations and a markdown summary)")
+                                        "(annotations and a markdown summary); with --without: text or json")
     p.add_argument("--dot", metavar="FILE", help="write a Graphviz graph: .dot, or .svg/.png (needs 'dot')")
     p.add_argument("--diff", metavar="OLD", help="show what changed from the plan of the spec OLD: ops added, "
                                                  "removed and moved, transfers, peak memory per device")
+    p.add_argument("--without", action="append", default=[], metavar="DEVICE",
+                   help="plan again without this device (a device string, or a pattern such as /job:worker/task:1 "
+                        "for all its devices; repeatable), as a run that lost it would (run.on_device_lost: "
+                        "replan), and show what changed from the full plan")
     p.add_argument("--fail-on", action="append", default=[], metavar="moved,memory",
                    help="with --diff, exit 1 when an op moved (moved) or a device's peak memory grew (memory); "
                         "repeat it or give a comma list")

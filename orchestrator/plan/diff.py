@@ -150,7 +150,8 @@ def _memory(new: Plan, old: Plan) -> tuple[MemoryChange, ...]:
     after: dict[str, DeviceMemory] = {m.device: m for m in new.memory}
     # Cluster order (a device the new plan no longer uses stays in its place); devices outside the
     # cluster's list (GPU:* of ops Dask places) go last, in the plans' order.
-    rank = {d.name: i for i, d in enumerate(new.spec.cluster.devices)}
+    cluster = new.spec.cluster
+    rank = {d.name: i for i, d in enumerate(cluster.before_loss or cluster.devices)}  # a re-plan's lost ones too
     devices = sorted([*after, *(d for d in before if d not in after)], key=lambda d: rank.get(d, len(rank)))
     out = []
     for device in devices:

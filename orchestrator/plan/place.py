@@ -220,7 +220,9 @@ class Placer:
         if problem is None:
             return ""
         message, hint, relaxable = problem
-        if not relaxable or not self.config.soft:
+        # A re-plan moves an op the defaults put on a lost device (GPU:0) as soft placement would: no one asked
+        defaulted = res.sources.get("device_index") == "default" and self.cluster.is_lost(res.spec)
+        if not relaxable or not (self.config.soft or defaulted):
             self.report(op, _device_path(op), message, hint)
             return ""
         requested, fallback = res.spec, self.fallback(op, res.spec)
@@ -228,7 +230,7 @@ class Placer:
         if "device_type" in changed:  # CPU:0 after GPU:0: the index belongs to the new type
             changed.append("device_index")
         for name in changed:
-            res.sources[name] = "soft fallback"
+            res.sources[name] = "default, off a device this plan is without" if defaulted else "soft fallback"
         res.spec, res.index_type = fallback, fallback.device_type
         still = self.problem(op, res)
         if still is not None:  # e.g. a GPU-only call op on a task without a GPU, in a cluster with GPUs elsewhere
@@ -286,6 +288,9 @@ class Placer:
             return self.missing_task(op, spec, job), self.missing_task_hint(spec, job), False
         prefix = f"Could not satisfy explicit device specification '{spec}' for op '{op.name}'"
         soft = "or set placement.soft: true"
+        if self.cluster.lost and self.cluster.is_lost(spec):  # ``plan --without``: the device is gone
+            return (f"op '{op.name}' is placed on {spec} (from {res.sources.get('device_index', 'default')}), "
+                    f"which this plan is without", f"pin it to a device still there, {soft} to move it", True)
         if spec.device_type == "GPU":
             n = job.logical_gpus
             if n == 0:
@@ -340,8 +345,10 @@ class Placer:
         """Soft placement: the same task's GPU:0 when the op has a GPU kernel and the task a GPU, else its CPU:0."""
         job = self.cluster.job(spec.job)
         assert job is not None, spec  # a missing job or task is never relaxed (problem)
-        has_gpu = job.logical_gpus > 0 and "GPU" in kernels_of(op.kind, op.params)
-        return DeviceSpec(job.name, 0, spec.task, "GPU" if has_gpu else "CPU", 0)
+        gpus = [i for i in range(job.logical_gpus) if not self.cluster.is_lost(DeviceSpec(job.name, 0, spec.task,
+                                                                                          "GPU", i))]
+        has_gpu = bool(gpus) and "GPU" in kernels_of(op.kind, op.params)  # the first GPU of the task still there
+        return DeviceSpec(job.name, 0, spec.task, "GPU" if has_gpu else "CPU", gpus[0] if has_gpu else 0)
 
 
 def _kernel_types(op: Op) -> str:

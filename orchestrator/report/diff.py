@@ -74,9 +74,9 @@ def _transfer(t: PlannedMove) -> str:
     return f"{t.value} from {t.source} to {t.target} ({size})"
 
 
-def plan_diff_text(diff: PlanDiff) -> str:
+def plan_diff_text(diff: PlanDiff, title: str | None = None) -> str:
     """The title, a summary line, then one section per kind of change (sections with nothing are left out)."""
-    lines = [_title(diff), summary_line(diff)]
+    lines = [title or _title(diff), summary_line(diff)]
     if diff.moved:
         lines += ["", "moved (op: (Type): before -> after  # why, in the new plan):"]
         lines += [f"  {m.op}: ({tf_name(m.kind)}): {m.before} -> {m.after}  # {m.why}" for m in diff.moved]

@@ -8,8 +8,8 @@ run options and the effective parameters. Frozen; later stages read them and add
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -133,6 +133,10 @@ class Cluster:
     gpu_backend: str = "auto"
     dashboard: str | None = ":0"
     tls: Tls | None = None
+    # Devices taken out of ``devices`` for a re-plan (``plan --without``): the jobs still count them, so
+    # a name stays what it was; patterns, defaults and the placer skip them.
+    lost: tuple[Device, ...] = ()
+    before_loss: tuple[Device, ...] = ()  # every device, lost or not, in order (empty when none is lost)
 
     def job(self, name: str | None) -> Job | None:
         return next((j for j in self.jobs if j.name == name), None)
@@ -150,6 +154,21 @@ class Cluster:
 
     def matching(self, pattern: DeviceSpec) -> tuple[Device, ...]:
         return tuple(d for d in self.devices if pattern.matches(d.spec))
+
+    def without(self, names: Collection[str]) -> Cluster:
+        """The cluster less the devices named (canonical names): they move to ``lost``."""
+        gone = set(names)
+        return replace(self, devices=tuple(d for d in self.devices if d.name not in gone),
+                       lost=(*self.lost, *(d for d in self.devices if d.name in gone)),
+                       before_loss=self.before_loss or self.devices)
+
+    def matching_before_loss(self, pattern: DeviceSpec) -> tuple[Device, ...]:
+        """``matching`` over every device, the lost ones included (a sweep's copies keep their turns)."""
+        return tuple(d for d in self.before_loss or self.devices if pattern.matches(d.spec))
+
+    def is_lost(self, pattern: DeviceSpec) -> bool:
+        """Whether ``pattern`` names only lost devices: it matches one, and no device still there."""
+        return any(pattern.matches(d.spec) for d in self.lost) and not self.matching(pattern)
 
 
 @dataclass(frozen=True)
@@ -222,6 +241,9 @@ class Output:
     path: YamlPath
 
 
+ON_DEVICE_LOST = ("fail", "wait", "replan")  # ``run.on_device_lost``; the first is the default
+
+
 @dataclass(frozen=True)
 class RunOptions:
     output_dir: str | None = None
@@ -229,6 +251,9 @@ class RunOptions:
     retries: int = 0
     timeout: float | None = None
     no_workers_timeout: float = 5.0
+    # What a run does about a lost device worker. ``fail`` by default: a run that went on with fewer
+    # devices would change its timing and each device's memory under the user, so that is asked for.
+    on_device_lost: str = "fail"
 
 
 @dataclass(frozen=True)

@@ -101,8 +101,10 @@ class Expander:
                 "device-syntax", path, str(exc), "write /job:NAME/task:N/device:CPU:0, /gpu:1 or GPU:1"))
             return None
 
-    def device_list(self, spec: Any, path: YamlPath, source: str, chain: Chain = ()) -> list[DeviceRequest]:
-        """A list of device strings, or one pattern expanded within the enclosing scopes."""
+    def device_list(self, spec: Any, path: YamlPath, source: str, chain: Chain = (),
+                    with_lost: bool = False) -> list[DeviceRequest]:
+        """A list of device strings, or one pattern expanded within the enclosing scopes (on the devices
+        still there, or ``with_lost`` on every device, those a re-plan takes out included)."""
         if isinstance(spec, list):
             found = [self.device(text, (*path, i), source) for i, text in enumerate(spec)]
             return [d for d in found if d is not None]
@@ -118,12 +120,30 @@ class Expander:
         scoped = DeviceSpec()
         for req in chain:  # /gpu:* inside scope /job:worker/task:1 means that task's GPUs
             scoped = scoped.merge(req.spec)
-        matches = self.cluster.matching(scoped.merge(pattern.spec))
+        merged = scoped.merge(pattern.spec)
+        matches = self.cluster.matching_before_loss(merged) if with_lost else self.cluster.matching(merged)
         if not matches:
             self.diagnostics.append(self.doc.diagnostic(
                 "device-pattern", path, f"device pattern '{spec}' matches no device of the cluster",
                 "list devices explicitly or add GPUs to a job"))
         return [DeviceRequest(d.spec, source, path) for d in matches]
+
+    def spread(self, devices: Sequence[DeviceRequest], copies: int) -> list[DeviceRequest | None]:
+        """Copy ``i`` on ``devices[i % n]``, in turn; a re-plan moves the copies of a lost device to the
+        devices left, in turn, and leaves every other copy where it was (the plan packs them within caps)."""
+        if not devices:
+            return [None] * copies
+        lost = [self.cluster is not None and self.cluster.is_lost(d.spec) for d in devices]
+        alive = [d for d, gone in zip(devices, lost) if not gone]
+        out: list[DeviceRequest | None] = []
+        moved = 0
+        for i in range(copies):
+            d = devices[i % len(devices)]
+            if lost[i % len(devices)] and alive:  # with every device lost the placer names the lost one
+                d = replace(alive[moved % len(alive)], source=f"{d.source} (moved off lost {d.spec})")
+                moved += 1
+            out.append(d)
+        return out
 
     def body_defines(self, local: set[str], wanted: str, path: YamlPath, what: str, construct: str,
                      key: bool = False) -> bool:

@@ -56,7 +56,7 @@ class Sweep:
         ex.copies += len(copies)
         if not copies:
             return
-        devices = self.devices(ex, spec, spath, name, chain)
+        devices = ex.spread(self.devices(ex, spec, spath, name, chain), len(copies))
         numbers = [p for p in copies[0] if all(is_number(c[p]) for c in copies)]
         body = spec["body"]
         local = ex.local_names(body) | set(numbers)
@@ -66,7 +66,8 @@ class Sweep:
         spans: list[tuple[SweepCopy, int, int]] = []  # each copy's ops: ex.ops[first:end]
         for i, values in enumerate(copies):
             copy_prefix = f"{name}/{i}/"
-            copy_chain = chain + ((devices[i % len(devices)],) if devices else ())
+            on = devices[i]
+            copy_chain = chain + ((on,) if on is not None else ())
             copy_scope = replace(ex.scope, sweep=name, copy=i, indices=(*ex.scope.indices, i),
                                  copies=(*ex.scope.copies, (name, i)))
             first = len(ex.ops)
@@ -122,7 +123,7 @@ class Sweep:
         if written is None:
             return []
         where = (*spath, "spread" if "spread" in spec else "devices")
-        return ex.device_list(written, where, f"sweep '{name}'", chain)
+        return ex.device_list(written, where, f"sweep '{name}'", chain, with_lost=True)
 
     @staticmethod
     def selected(spec: Mapping[str, Any]) -> tuple[str, str] | None:

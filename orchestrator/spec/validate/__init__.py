@@ -24,13 +24,13 @@ match nothing.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from typing import Any
 
 from ..constructs import expand
 from ...errors import Diagnostic
-from ..records import Document, RunOptions, Spec
+from ..records import ON_DEVICE_LOST, Document, RunOptions, Spec
 from ..params import explain, resolve_params
 from .checker import Checker
 from .combine import settle_weights
@@ -51,26 +51,28 @@ from .names import check_name_keys, once_per_copy
 from .numbers import check_finite_settings
 from .outputs import check_outputs
 from .schema import check_copy_items, check_schema, schema, schema_text
-from .topology import build_cluster, build_placement, scheduler_problem
+from .topology import build_cluster, build_placement, check_on_device_lost, scheduler_problem
 
 __all__ = ["schema", "schema_text", "scheduler_problem", "topological_order", "validate"]
 
 
-def validate(doc: Document, overrides: Mapping[str, Any] | None = None) -> tuple[Spec | None, list[Diagnostic]]:
+def validate(doc: Document, overrides: Mapping[str, Any] | None = None,
+             without: Collection[str] = ()) -> tuple[Spec | None, list[Diagnostic]]:
     """Check a loaded document; return the typed spec (``None`` if unusable) and all diagnostics.
 
     ``overrides``: ``--set NAME=VALUE`` values for the ``params:`` block, substituted first.
+    ``without``: canonical names of devices lost, for a re-plan: the constructs expand on the devices left.
     """
     resolved = resolve_params(doc, overrides)
     if not resolved.ok:
         return None, sorted(resolved.diagnostics, key=lambda d: (d.severity != "error", d.line, d.column))
-    spec, diags = _validate(resolved.document)
+    spec, diags = _validate(resolved.document, without)
     diags = explain([*resolved.diagnostics, *diags], resolved.origins)
     diags.sort(key=lambda d: (d.severity != "error", d.line, d.column))
     return (replace(spec, params=resolved.params) if spec is not None else None), diags
 
 
-def _validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
+def _validate(doc: Document, without: Collection[str] = ()) -> tuple[Spec | None, list[Diagnostic]]:
     schema_diags = check_schema(doc)
     if schema_diags:
         return None, schema_diags
@@ -81,11 +83,15 @@ def _validate(doc: Document) -> tuple[Spec | None, list[Diagnostic]]:
     if c.diags:  # names that are not text (later checks build names by concatenation), settings that are NaN
         return None, sorted(c.diags, key=lambda d: (d.line, d.column))
     cluster = build_cluster(c, data.get("cluster") or {})
+    if without:
+        cluster = cluster.without(without)
     placement = build_placement(c, data.get("placement") or {}, cluster)
     raw_run = data.get("run") or {}
     run = RunOptions(raw_run.get("output_dir"), bool(raw_run.get("allow_absolute_paths", False)),
                      int(raw_run.get("retries", 0)), c.seconds(raw_run.get("timeout"), ("run", "timeout")),
-                     c.seconds(raw_run.get("no_workers_timeout", 5), ("run", "no_workers_timeout")) or 5.0)
+                     c.seconds(raw_run.get("no_workers_timeout", 5), ("run", "no_workers_timeout")) or 5.0,
+                     str(raw_run.get("on_device_lost", ON_DEVICE_LOST[0])))
+    check_on_device_lost(c, run)
     if c.too_big:  # a cluster too big to build: nothing later can be checked against it
         return None, sorted(c.diags, key=lambda d: (d.severity != "error", d.line, d.column))
     expansion = expand(doc, data["graph"], cluster)
