@@ -380,3 +380,26 @@ def test_in_a_sweep_that_does_not_allow_failures_a_lost_worker_ends_the_run(tmp_
     assert not any(other in err for other in others), err  # copies it held waiting had not started
     assert not (tmp_path / "out" / "totals.npy").exists()
     assert run.left() == []
+
+
+def test_on_device_lost_wait_restarts_the_worker_and_redoes_its_work_without_retries(
+        tmp_path: Path, busy: None) -> None:
+    """run.on_device_lost: wait, and no retries anywhere: the same finish as with retries, said as asked for."""
+    spec, marker = race_spec(tmp_path, steps=150, pause=0.0, run="run: {on_device_lost: wait}\n")
+    report = tmp_path / "report.json"
+    run = LiveRun([str(spec), "--output-dir", str(tmp_path / "out"), "--report", str(report)], tmp_path)
+    pid = run.worker_pid(GPU0)
+    Path(f"{marker}.go").touch()
+    run.wait_for(marker.exists, "GPU:0 at step 50")
+    code, took = run.finish(run.kill_worker(pid))
+    assert code == 0, "".join(run.err)
+    said = [line.strip() for line in run.out if "'s worker was lost" in line]
+    assert said == ["/job:worker/replica:0/task:0/device:GPU:0's worker was lost at step 50 of loop 'train' "
+                    "and restarted; Dask redid its work (on_device_lost: wait)"], "".join(run.out)
+    losses = json.loads(report.read_text())["losses"]
+    assert [(loss["outcome"], loss["pid"]) for loss in losses] == [("restarted; redone", pid)]
+    w = np.zeros(3)
+    for _ in range(150):
+        w = (w * 0.5 + 1.0) * 0.5
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "w.npy"), w)
+    assert run.left() == []

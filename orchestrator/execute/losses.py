@@ -40,8 +40,10 @@ waits (``execute.waiting``; the watch rings the bell it waits on), by
   Dask runs their tasks again), the copies it held waiting run again, and
   the search goes on.
 
-The decision is the place where a spec's own policy (``on_device_lost``:
-fail, wait for the device, re-plan on the devices left) will plug in.
+The spec's ``run.on_device_lost: wait`` asks for ``redo`` without retries
+on the ops (Dask may run a lost worker's tasks again up to
+:data:`WAIT_LOSSES` times); ``fail``, the default, leaves it to
+``retries``. Re-planning on the devices left is not done by a run yet.
 
 State: the watch keeps the address book, the copies' ops that started, and
 the removals not yet decided; :class:`Losses` keeps the losses decided (the
@@ -65,6 +67,7 @@ from ..runtime import COPY_TOPIC, DEVICE_TOPIC
 from .records import DeviceLoss
 
 DASK_TOPIC = "all"  # the scheduler's events about its workers (added, removed, and what a removal cost)
+WAIT_LOSSES = 3  # run.on_device_lost: wait: how many times Dask may run a lost worker's task again
 TRAIL_SECONDS = 10.0  # a task's KilledWorker comes just before its worker's removal event, on the same stream
 
 
@@ -190,6 +193,7 @@ class Losses:
     watch: LossWatch
     keys: Keys
     echo: Callable[[str], None]
+    why_redone: str = ""  # what asked for the redo: "retries: N" or "on_device_lost: wait"
 
     def __post_init__(self) -> None:
         self.began = time.time()
@@ -318,7 +322,7 @@ class Losses:
         for loss, joins in self.untold:
             back = self.watch.joins.get(loss.device, 0) > joins
             if back or final:
-                self.echo(redone_line(loss, back, self.retries))
+                self.echo(redone_line(loss, back, self.why_redone or f"retries: {self.retries}"))
             else:
                 kept.append((loss, joins))
         self.untold = kept
@@ -367,13 +371,14 @@ def failed_line(loss: DeviceLoss) -> str:
     process = f" (process {loss.pid})" if loss.pid else ""
     waited = f" ({loss.waiting} task(s) waiting there)" if loss.waiting else ""
     return (f"lost {loss.device}: its worker died{process} {_what(loss)}{waited}; without retries a lost worker "
-            f"ends the run (set retries: N on its ops, or run.retries, to have it restarted and its work redone)")
+            f"ends the run (set run.on_device_lost: wait, or retries: N on its ops, to have it restarted and its work "
+            f"redone)")
 
 
-def redone_line(loss: DeviceLoss, back: bool, retries: int) -> str:
+def redone_line(loss: DeviceLoss, back: bool, why: str) -> str:
     at = f" at {loss.at()}" if loss.steps is not None else ""
     came = "restarted" if back else "not back yet"
-    return f"{loss.device}'s worker was lost{at} and {came}; Dask redid its work (retries: {retries})"
+    return f"{loss.device}'s worker was lost{at} and {came}; Dask redid its work ({why})"
 
 
 def copies_line(loss: DeviceLoss) -> str:

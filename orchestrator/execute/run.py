@@ -51,7 +51,7 @@ from .outputs import MetricFiles, OnWorkers, commit_run, flag_writes, refuse_ove
 from .searches import fatal_sweeps, with_sweeps
 from .accounting import device_records, op_records, verify
 from .watch import SchedulerWatch, tell_workers, wait_forever
-from .losses import LossWatch, Losses
+from .losses import WAIT_LOSSES, LossWatch, Losses
 from .waiting import Waiter, dask_error
 from .steps import loop_spans, step_pictures
 
@@ -112,6 +112,8 @@ class Runner:
 
         refuse_overwrites(self.spec, self.output_dir, self.base_dir, flag_writes(self.settings))
         retries = max([op.retries for op in self.spec.ops] + [self.spec.run.retries])
+        if self.spec.run.on_device_lost != "fail":  # redone once its nanny restarts it (replan: as wait, for now)
+            retries = max(retries, WAIT_LOSSES)
         with dask_settings(scheduler_config(self.no_workers_timeout(retries), retries)):
             requested = self.settings.gpu_backend or self.spec.cluster.gpu_backend
             cluster, client = self._connect(requested)
@@ -188,7 +190,8 @@ class Runner:
     def watch_losses(self, retries: int) -> None:
         """From now on a lost device worker is seen (Dask's events) and decided when the run next waits."""
         watch = LossWatch(self.client, [d.name for d in self.spec.cluster.devices])
-        self.losses = Losses(self.plan, self.token, retries, watch, self, self.echo)
+        why = f"on_device_lost: {self.spec.run.on_device_lost}" if self.spec.run.on_device_lost != "fail" else ""
+        self.losses = Losses(self.plan, self.token, retries, watch, self, self.echo, why)
         self.waiter = Waiter(self.client, self.losses)
 
     def _simulates_gpus(self) -> bool:

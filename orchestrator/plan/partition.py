@@ -94,6 +94,9 @@ def gang_blocker(plan: Plan, loop: Loop) -> str:
     spec = plan.spec
     if spec.run.retries or any(op.retries for op in spec.ops):
         return "ops have retries, which Dask gives per task: the loop runs a task per device partition per step"
+    if spec.run.on_device_lost != "fail":  # a gang window run again alone waits for peers that sent long ago
+        return (f"run.on_device_lost: {spec.run.on_device_lost} redoes a lost device's tasks, and a gang window "
+                f"cannot be redone alone: the loop runs a task per device partition per step")
     body = set(loop.body)
     placeholders = {var.placeholder for var in loop.state}
     for name in loop.body:

@@ -305,15 +305,15 @@ def job_devices(job: Job) -> list[Device]:
 
 
 def check_on_device_lost(c: Checker, run: RunOptions) -> None:
-    """``wait`` and ``replan`` are the spec's word on a lost device; a run does not act on them yet.
+    """``replan`` is the spec's word on a lost device that a run does not act on yet.
 
     The planning side is there (``orchestrate plan --without DEVICE`` is the plan a re-plan makes),
-    the run side is not: a run still does what ``retries`` say. A warning, not an error, so the spec
-    keeps its word for the run that will honour it, and ``validate --strict`` still says it is not so now.
+    the run side is not: a run behaves as with ``wait``. A warning, not an error, so the spec keeps its
+    word for the run that will honour it, and ``validate --strict`` still says it is not so now.
     """
-    if run.on_device_lost == "fail":
+    if run.on_device_lost != "replan":
         return
     c.warn("on-device-lost", ("run", "on_device_lost"),
-           f"{run.on_device_lost} is not acted on by a run yet: a lost device worker ends "
-           f"the run, or with retries its work is redone on the restarted worker",
+           "replan is not acted on by a run yet: a lost device worker is restarted and its work redone "
+           "there, as with wait",
            "see the plan on the devices left with: orchestrate plan SPEC --without DEVICE")
