@@ -265,5 +265,7 @@ class MetricFiles:
 def flag_writes(settings: RunSettings) -> list[PathUse]:
     """The files the command's flags write (relative to the working directory, as the user typed them)."""
     flags = [(settings.report_path, "the run report (--report)"),
-             (settings.performance_report, "the performance report (--performance-report)")]
+             (settings.performance_report, "the performance report (--performance-report)"),
+             (settings.tensorboard, "the TensorBoard folder (--tensorboard)"),
+             (settings.mlflow, "the MLflow folder (--mlflow)")]
     return [PathUse(path, what) for path, what in flags if path]

@@ -48,6 +48,7 @@ from .cluster import dask_settings, device_configs, scheduler_config
 from .connect import choose_backend, connect, cuda_counter, embedded, prestart, wait_for_devices
 from .loops import StagedRun
 from .outputs import MetricFiles, OnWorkers, commit_run, flag_writes, refuse_overwrites
+from .tracks import Tracks
 from .searches import fatal_sweeps, with_sweeps
 from .accounting import device_records, op_records, verify
 from .watch import SchedulerWatch, tell_workers, wait_forever
@@ -249,9 +250,10 @@ class Runner:
         staged.say = self.echo
         if self.settings.write_outputs:
             staged.metric_files = MetricFiles(self.spec, self.output_dir)
+        staged.tracks = Tracks(self.spec, self.settings, self.token)  # --tensorboard, --mlflow: fed as the CSVs
         with self.phase("compute"):
             try:
-                values = staged.run()
+                values = staged.tracks.run(staged.run, self.echo)  # (its folders checked first, its runs ended)
             finally:
                 self.loop_modes = dict(staged.modes)
                 self.loop_outcomes = dict(staged.outcomes)
