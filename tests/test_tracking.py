@@ -8,6 +8,7 @@ import contextlib
 import io
 import os
 import struct
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +234,24 @@ def test_each_sweep_copy_is_a_run_with_its_values_as_params(tmp_path: Path) -> N
     for events in (tmp_path / "tb" / "swept").glob("*/**/events.out.tfevents.*"):
         _, found = scalars(events)
         assert [s for s, _ in found["wv"]] == [1, 2, 3]
+
+
+def test_a_loop_of_loops_tracks_each_loop_and_numbers_the_inner_steps_across_passes(tmp_path: Path) -> None:
+    from test_loops import NESTED, _nested_reference
+
+    code, said = run(tmp_path, textwrap.dedent(NESTED), "--tensorboard", str(tmp_path / "tb"),
+                     "--mlflow", str(tmp_path / "mlruns"))
+    assert code == 0, said
+    runs = mlflow_runs(tmp_path / "mlruns")
+    assert set(runs) == {"epochs", "epochs/batches"}
+    outer = [(int(step), float(value)) for _, value, step in runs["epochs"]["metrics"]["m"]]
+    assert [step for step, _ in outer] == [1, 2, 3]  # the outer loop's steps, each written as it was read
+    np.testing.assert_allclose([value for _, value in outer], _nested_reference()[1], rtol=1e-12)
+    inner = [int(step) for _, _, step in runs["epochs/batches"]["metrics"]["s"]]
+    assert inner == list(range(1, 13))  # pass e's batches are steps 4e+1 .. 4e+4
+    events = {p.parent.name: scalars(p)[1] for p in tmp_path.glob("tb/*/*/*/events.out.tfevents.*")}
+    assert [s for s, _ in events["epochs"]["m"]] == [1, 2, 3]
+    assert [s for s, _ in events["epochs_batches"]["s"]] == list(range(1, 13))
 
 
 def test_a_failed_run_keeps_the_metrics_it_read_and_marks_its_runs_failed(tmp_path: Path) -> None:
