@@ -272,6 +272,24 @@ def test_a_failed_run_keeps_the_metrics_it_read_and_marks_its_runs_failed(tmp_pa
     assert not (tmp_path / "loss.csv").exists()
 
 
+@pytest.mark.cluster
+def test_a_sweep_copy_that_fails_is_a_failed_mlflow_run_while_the_others_finish(tmp_path: Path) -> None:
+    from test_search_loops import FAILING, failing_spec
+
+    spec = failing_spec(tmp_path, True)
+    out = io.StringIO()
+    code = run_cli(["run", str(spec), "--mlflow", str(tmp_path / "mlruns"), "--tensorboard", str(tmp_path / "tb")],
+                   out=out)
+    assert code == 0, out.getvalue()
+    runs = mlflow_runs(tmp_path / "mlruns")
+    assert len(runs) == 8
+    status = {float(run["params"]["lr"]): run["meta"].split("status: ")[1].split()[0] for run in runs.values()}
+    from test_halving import LRS
+
+    assert status == {lr: "4" if i == FAILING else "3" for i, lr in enumerate(LRS)}
+    assert len(list(tmp_path.glob("tb/*/*/*/events.out.tfevents.*"))) == 8
+
+
 def test_a_folder_that_is_a_file_or_an_output_is_refused_before_anything_runs(tmp_path: Path) -> None:
     (tmp_path / "taken").write_text("mine\n")
     code, said = run(tmp_path, TRAIN, "--tensorboard", str(tmp_path / "taken"))

@@ -101,6 +101,16 @@ class Tracks:
                            f"{exc.strerror or exc} ({exc.filename or ''})") from None
         self.sent[(loop.name, offset, metric)] = len(points)
 
+    def failed(self, loop: Loop) -> None:
+        """``loop`` (a sweep copy's) failed while the run goes on: its tracked runs end, marked failed."""
+        run = self._tracked(loop)
+        try:
+            for sink in self.sinks:
+                sink.end(run, finished=False)
+        except OSError as exc:
+            raise RunError(f"cannot end the metrics of loop '{loop.name}' for {self._names()}: "
+                           f"{exc.strerror or exc}") from None
+
     def _tracked(self, loop: Loop) -> Tracked:
         run = self.runs.get(loop.name)
         if run is None:

@@ -128,6 +128,12 @@ class MlflowStore:
         with open(os.path.join(folder, "metrics", metric), "a", encoding="utf-8") as handle:
             handle.write("".join(f"{now} {value!r} {step}\n" for step, value in points))
 
+    def end(self, run: Tracked, finished: bool) -> None:
+        """Opened if it was not (a copy that failed before its first metric is shown, with its values)."""
+        folder = self._run(run)
+        _, _, start = self.runs.pop(run.key)
+        self._meta(folder, run, start, FINISHED if finished else FAILED)
+
     def close(self, finished: bool) -> None:
         for folder, run, start in self.runs.values():
             self._meta(folder, run, start, FINISHED if finished else FAILED)

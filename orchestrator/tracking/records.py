@@ -29,6 +29,9 @@ class MetricSink(Protocol):
     def log(self, run: Tracked, metric: str, points: Sequence[Point]) -> None:
         """Append ``points`` of ``metric`` to ``run`` (opened on its first points)."""
 
+    def end(self, run: Tracked, finished: bool) -> None:
+        """``run`` ended before the others (a sweep copy that failed: ``finished`` False)."""
+
     def close(self, finished: bool) -> None:
         """The run of orchestrate ended: ``finished`` (or it failed); every tracked run is closed."""
 

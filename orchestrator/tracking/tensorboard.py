@@ -132,6 +132,11 @@ class EventLog:
         handle.write(b"".join(record(scalar_event(now, step, [(metric, value)])) for step, value in points))
         handle.flush()
 
+    def end(self, run: Tracked, finished: bool) -> None:
+        handle = self.files.pop(run.key, None)
+        if handle is not None:
+            handle.close()
+
     def close(self, finished: bool) -> None:
         for handle in self.files.values():
             handle.close()
