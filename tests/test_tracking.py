@@ -254,6 +254,21 @@ def test_a_loop_of_loops_tracks_each_loop_and_numbers_the_inner_steps_across_pas
     assert [s for s, _ in events["epochs_batches"]["s"]] == list(range(1, 13))
 
 
+def test_the_spec_can_ask_under_its_output_directory_and_a_flag_overrides_it(tmp_path: Path) -> None:
+    keyed = TRAIN.replace("outputs:\n", "run: {output_dir: out, tensorboard: tb, mlflow: mlruns}\noutputs:\n")
+    assert run(tmp_path, keyed)[0] == 0
+    assert len(list(tmp_path.glob("out/tb/tracked/*/fit/events.out.tfevents.*"))) == 1
+    assert set(mlflow_runs(tmp_path / "out" / "mlruns")) == {"fit"}
+    assert run(tmp_path, keyed, "--mlflow", str(tmp_path / "elsewhere"))[0] == 0
+    assert set(mlflow_runs(tmp_path / "elsewhere")) == {"fit"}  # the flag's folder, not the spec's
+    assert len(list((tmp_path / "out" / "mlruns").glob("1/*/meta.yaml"))) == 1
+    assert len(list(tmp_path.glob("out/tb/tracked/*/fit/events.out.tfevents.*"))) == 2
+    code, said = run(tmp_path, keyed.replace("tensorboard: tb", "tensorboard: ../../tb"))
+    assert code != 0 and "run.tensorboard '../../tb' escapes the output directory" in said, said
+    code, said = run(tmp_path, keyed.replace("mlflow: mlruns", "mlflow: ../out/loss.csv"))
+    assert code != 0 and "the MLflow folder (run.mlflow) and output 'fit.loss'" in said, said
+
+
 def test_a_failed_run_keeps_the_metrics_it_read_and_marks_its_runs_failed(tmp_path: Path) -> None:
     (tmp_path / "fns.py").write_text("def check(c, sq, xp):\n    if float(c) > 6:\n"
                                      "        raise ValueError('diverged')\n    return sq\n", encoding="utf-8")

@@ -75,6 +75,10 @@ def refuse_overwrites(spec: Spec, output_dir: str, base_dir: str, others: Sequen
         for param in definition.writes if definition else ():
             if param in op.params:
                 writes.append(PathUse(os.path.join(output_dir, str(op.params[param])), f"the file op '{op.name}' saves"))
+    flagged = {os.path.realpath(use.path) for use in others}
+    writes += [PathUse(path, f"the {what} folder (run.{key})") for key, what, folder in
+               (("tensorboard", "TensorBoard", spec.run.tensorboard), ("mlflow", "MLflow", spec.run.mlflow))
+               if folder and os.path.realpath(path := os.path.join(output_dir, folder)) not in flagged]
     problems = clashes(reads, [*writes, *others])
     if problems:
         raise RunError(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))

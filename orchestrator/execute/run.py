@@ -250,7 +250,7 @@ class Runner:
         staged.say = self.echo
         if self.settings.write_outputs:
             staged.metric_files = MetricFiles(self.spec, self.output_dir)
-        staged.tracks = Tracks(self.spec, self.settings, self.token)  # --tensorboard, --mlflow: fed as the CSVs
+        staged.tracks = Tracks(self.spec, self.settings, self.token, self.output_dir)  # fed as the CSVs are
         with self.phase("compute"):
             try:
                 values = staged.tracks.run(staged.run, self.echo)  # (its folders checked first, its runs ended)

@@ -20,6 +20,7 @@ State: the sinks of one run and, per loop, pass and metric, the rows sent.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -34,21 +35,35 @@ from ..tracking import SINKS, MetricSink, SinkTarget, Tracked, folder_problem
 from .records import RunSettings
 
 T = TypeVar("T")
-FLAGS = {"tensorboard": "--tensorboard", "mlflow": "--mlflow"}
 
 
-def asked(settings: RunSettings) -> dict[str, str]:
-    """The sinks asked for: name -> folder (as given: relative to the working directory)."""
-    chosen = {"tensorboard": settings.tensorboard, "mlflow": settings.mlflow}
-    return {name: folder for name, folder in chosen.items() if folder is not None}
+def asked(spec: Spec, settings: RunSettings, output_dir: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The sinks asked for: name -> folder, and name -> how it was asked. A flag's folder is relative to the
+    working directory, and overrides the spec's ``run:`` key, which is relative to the output directory and
+    kept inside it as an output is (unless ``run.allow_absolute_paths``)."""
+    flags = {"tensorboard": settings.tensorboard, "mlflow": settings.mlflow}
+    keys = {"tensorboard": spec.run.tensorboard, "mlflow": spec.run.mlflow}
+    folders, how = {}, {}
+    for name in SINKS:
+        if flags.get(name) is not None:
+            folders[name], how[name] = str(flags[name]), f"--{name}"
+        elif keys.get(name):
+            folder = os.path.normpath(os.path.join(output_dir, str(keys[name])))
+            base = os.path.realpath(output_dir)
+            inside = os.path.commonpath([os.path.realpath(folder), base]) == base
+            if not inside and not spec.run.allow_absolute_paths:
+                raise RunError(f"run.{name} '{keys[name]}' escapes the output directory {output_dir} "
+                               "(set run.allow_absolute_paths: true to allow it)")
+            folders[name], how[name] = folder, f"run.{name}"
+    return folders, how
 
 
 class Tracks:
     """The sinks of one run, fed from its loops' metrics as their windows are read."""
 
-    def __init__(self, spec: Spec, settings: RunSettings, token: str):
+    def __init__(self, spec: Spec, settings: RunSettings, token: str, output_dir: str):
         self.spec = spec
-        self.folders = asked(settings)
+        self.folders, self.how = asked(spec, settings, output_dir)
         self.token = token
         self.sinks: list[MetricSink] = []
         self.sent: dict[tuple[str, int, str], int] = {}  # (loop, offset, metric) -> rows sent
@@ -71,7 +86,7 @@ class Tracks:
     def check(self, echo: Callable[[str], None]) -> None:
         """Before anything runs: each folder is one (made if missing) and writable; the sinks made."""
         problems = [problem for name, folder in self.folders.items()
-                    if (problem := folder_problem(folder, FLAGS[name])) is not None]
+                    if (problem := folder_problem(folder, self.how[name])) is not None]
         if problems:
             raise RunError("; ".join(problems))
         started = time.time()
@@ -125,7 +140,7 @@ class Tracks:
         return run
 
     def _names(self) -> str:
-        return ", ".join(f"{FLAGS[name]} {folder}" for name, folder in self.folders.items())
+        return ", ".join(f"{self.how[name]} {folder}" for name, folder in self.folders.items())
 
     def close(self, finished: bool) -> None:
         """The run ended: every sink's tracked runs closed, marked finished or failed."""

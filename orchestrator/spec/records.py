@@ -229,6 +229,8 @@ class RunOptions:
     retries: int = 0
     timeout: float | None = None
     no_workers_timeout: float = 5.0
+    tensorboard: str | None = None  # run.tensorboard, run.mlflow: folders under the output directory (docs/tracking.md)
+    mlflow: str | None = None
 
 
 @dataclass(frozen=True)
