@@ -181,5 +181,6 @@ def test_the_package_lists_as_the_pipeline() -> None:
         "__init__.py", "__main__.py", "entry.py", "cli", "api.py",  # how users come in
         "spec", "plan", "compile", "execute", "runtime", "report", "cache",  # the stages
         "ops", "formats.py", "strategies.py", "backend_registry.py",  # what the spec language names
+        "tracking",  # the metric sinks (--tensorboard, --mlflow) execute feeds
         "devices.py", "errors.py", "atomic.py", "perf.py", "paths.py", "jsonschemas.py",  # the base
     ])

@@ -149,7 +149,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
                                wait_for_workers=args.wait_for_workers, tls_ca_file=args.tls_ca_file,
                                tls_cert=args.tls_cert, tls_key=args.tls_key, task_names=args.task_names,
                                granularity=args.granularity, use_cache=not args.no_cache, cache_dir=args.cache_dir,
-                               resume=args.resume, cache_files=args.cache_files, sync=args.sync)
+                               resume=args.resume, cache_files=args.cache_files, sync=args.sync,
+                               tensorboard=args.tensorboard, mlflow=args.mlflow)
     plan = _checked(args.file, params_of(args))  # after the flags: a usage error needs no spec
     if plan is None:
         return EXIT_INVALID

@@ -112,6 +112,11 @@ def _add_run(sub: Any, handlers: Handlers) -> None:
     p.add_argument("--report", metavar="FILE", help="write a JSON run report (per op: planned device, worker, timings)")
     p.add_argument("--performance-report", metavar="FILE", help="write Dask's HTML performance report")
     p.add_argument("--keep-alive", action="store_true", help="keep the embedded cluster up after the run (Ctrl-C ends)")
+    p.add_argument("--tensorboard", metavar="DIR",
+                   help="also write each loop's metrics as TensorBoard event files under DIR (docs/tracking.md)")
+    p.add_argument("--mlflow", metavar="DIR",
+                   help="also record each loop (each sweep copy's loop) as an MLflow run, with its params and "
+                        "metrics, in the MLflow file store DIR (docs/tracking.md)")
     p.add_argument("--sync", action="store_true",
                    help="no cluster: every op in this process, in plan order, GPUs simulated (for pdb and quick "
                         "checks; not with --scheduler or --keep-alive)")

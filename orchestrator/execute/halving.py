@@ -216,6 +216,8 @@ class CopyLoops:
         if not copy.lane:
             staged.submitter.abort_loop(staged.plan.spec.loops.index(copy.loop), f"copy {copy.index} failed")
         staged.drop_sinks(copy.training.sinks)
+        if staged.tracks is not None:  # its TensorBoard file closed, its MLflow run FAILED
+            staged.tracks.failed(copy.loop)
         staged.echo(f"sweep '{self.search.name}': copy {copy.index}'s loop '{copy.loop.name}' failed past step "
                     f"{copy.reached}; the other copies go on: {error.splitlines()[0] if error else '?'}")
 

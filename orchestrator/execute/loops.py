@@ -47,6 +47,7 @@ from .state import RunValues
 from .hits import place_hits, recorded
 from .submitter import Submitter
 from .outputs import MetricFiles, metric_value
+from .tracks import Tracks
 
 
 def _writes_files(plan: Plan, name: str) -> bool:
@@ -75,6 +76,7 @@ class StagedRun(RunValues):
     cache: CacheUse | None = None
     checkpoints: CheckpointWriter | None = None
     metric_files: MetricFiles | None = None  # metric CSVs written as windows are read
+    tracks: Tracks | None = None  # --tensorboard, --mlflow: fed as the metric CSVs are
     say: Callable[[str], None] | None = None  # the run's echo (resumed loops, checkpoints not used)
     outcomes: dict[str, LoopOutcome] = field(default_factory=dict)  # loop -> how it began and ended
     searches: dict[str, SearchOutcome] = field(default_factory=dict)  # sweep -> its copies' loops (execute.halving)
@@ -265,6 +267,7 @@ class StagedRun(RunValues):
             for key in set(self.held) - before - keep:  # this step's values: done with, but for the state
                 del self.held[key]
             self.submitter.loop_progress(loop.name, step + 1, loop.steps)
+            training.track()  # (its steps are stages of their own: a step's metrics are on the client already)
             if training.checkpoint_due(step + 1) and training.improves({}):
                 training.save(step + 1, carried, self.held)
         self.outcomes[loop.name] = replace(training.outcome, steps_run=loop.steps - begin)

@@ -63,6 +63,7 @@ from ..compile import copy_sweeps
 from ..compile.records import CompiledGraph
 from ..errors import DeviceLost
 from ..plan.records import Plan
+from ..spec.records import Spec
 from ..runtime import COPY_TOPIC, DEVICE_TOPIC
 from .records import DeviceLoss
 
@@ -365,6 +366,15 @@ def _what(loss: DeviceLoss) -> str:
     if loss.values:
         return f"between tasks, holding {loss.values} finished value(s) of the run"
     return "between tasks"
+
+
+def redo_policy(spec: Spec) -> tuple[int, str]:
+    """How many times Dask may run a lost worker's task again, and what asked for it ("": the ops' retries).
+    ``run.on_device_lost: wait`` (and ``replan``, which a run does not do yet) redoes it without retries."""
+    retries = max([op.retries for op in spec.ops] + [spec.run.retries])
+    if spec.run.on_device_lost == "fail":
+        return retries, ""
+    return max(retries, WAIT_LOSSES), f"on_device_lost: {spec.run.on_device_lost}"
 
 
 def failed_line(loss: DeviceLoss) -> str:

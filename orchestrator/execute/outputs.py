@@ -75,6 +75,10 @@ def refuse_overwrites(spec: Spec, output_dir: str, base_dir: str, others: Sequen
         for param in definition.writes if definition else ():
             if param in op.params:
                 writes.append(PathUse(os.path.join(output_dir, str(op.params[param])), f"the file op '{op.name}' saves"))
+    flagged = {os.path.realpath(use.path) for use in others}
+    writes += [PathUse(path, f"the {what} folder (run.{key})") for key, what, folder in
+               (("tensorboard", "TensorBoard", spec.run.tensorboard), ("mlflow", "MLflow", spec.run.mlflow))
+               if folder and os.path.realpath(path := os.path.join(output_dir, folder)) not in flagged]
     problems = clashes(reads, [*writes, *others])
     if problems:
         raise RunError(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
@@ -265,5 +269,7 @@ class MetricFiles:
 def flag_writes(settings: RunSettings) -> list[PathUse]:
     """The files the command's flags write (relative to the working directory, as the user typed them)."""
     flags = [(settings.report_path, "the run report (--report)"),
-             (settings.performance_report, "the performance report (--performance-report)")]
+             (settings.performance_report, "the performance report (--performance-report)"),
+             (settings.tensorboard, "the TensorBoard folder (--tensorboard)"),
+             (settings.mlflow, "the MLflow folder (--mlflow)")]
     return [PathUse(path, what) for path, what in flags if path]

@@ -49,6 +49,8 @@ class RunSettings:
     resume: bool = False  # reuse every entry there is, and write every value (a run killed midway resumes)
     cache_files: str = "stat"  # a loaded file's part of a key: "stat" (size, modification time) or "hash"
     sync: bool = False  # every op in this process, in plan order, with no cluster (--sync; docs/running.md)
+    tensorboard: str | None = None  # a folder for TensorBoard event files of the loops' metrics (docs/tracking.md)
+    mlflow: str | None = None  # an MLflow file store (tracking root) for the loops' params and metrics
 
     def __post_init__(self) -> None:
         if not self.sync:

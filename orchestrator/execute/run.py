@@ -48,10 +48,11 @@ from .cluster import dask_settings, device_configs, scheduler_config
 from .connect import choose_backend, connect, cuda_counter, embedded, prestart, wait_for_devices
 from .loops import StagedRun
 from .outputs import MetricFiles, OnWorkers, commit_run, flag_writes, refuse_overwrites
+from .tracks import Tracks
 from .searches import fatal_sweeps, with_sweeps
 from .accounting import device_records, op_records, verify
 from .watch import SchedulerWatch, tell_workers, wait_forever
-from .losses import WAIT_LOSSES, LossWatch, Losses
+from .losses import LossWatch, Losses, redo_policy
 from .waiting import Waiter, dask_error
 from .steps import loop_spans, step_pictures
 
@@ -111,9 +112,7 @@ class Runner:
         from .plugin import DeviceRuntimePlugin, open_device_links
 
         refuse_overwrites(self.spec, self.output_dir, self.base_dir, flag_writes(self.settings))
-        retries = max([op.retries for op in self.spec.ops] + [self.spec.run.retries])
-        if self.spec.run.on_device_lost != "fail":  # redone once its nanny restarts it (replan: as wait, for now)
-            retries = max(retries, WAIT_LOSSES)
+        retries, self.why_redone = redo_policy(self.spec)
         with dask_settings(scheduler_config(self.no_workers_timeout(retries), retries)):
             requested = self.settings.gpu_backend or self.spec.cluster.gpu_backend
             cluster, client = self._connect(requested)
@@ -190,8 +189,7 @@ class Runner:
     def watch_losses(self, retries: int) -> None:
         """From now on a lost device worker is seen (Dask's events) and decided when the run next waits."""
         watch = LossWatch(self.client, [d.name for d in self.spec.cluster.devices])
-        why = f"on_device_lost: {self.spec.run.on_device_lost}" if self.spec.run.on_device_lost != "fail" else ""
-        self.losses = Losses(self.plan, self.token, retries, watch, self, self.echo, why)
+        self.losses = Losses(self.plan, self.token, retries, watch, self, self.echo, self.why_redone)
         self.waiter = Waiter(self.client, self.losses)
 
     def _simulates_gpus(self) -> bool:
@@ -252,9 +250,10 @@ class Runner:
         staged.say = self.echo
         if self.settings.write_outputs:
             staged.metric_files = MetricFiles(self.spec, self.output_dir)
+        staged.tracks = Tracks(self.spec, self.settings, self.token, self.output_dir)  # fed as the CSVs are
         with self.phase("compute"):
             try:
-                values = staged.run()
+                values = staged.tracks.run(staged.run, self.echo)  # (its folders checked first, its runs ended)
             finally:
                 self.loop_modes = dict(staged.modes)
                 self.loop_outcomes = dict(staged.outcomes)

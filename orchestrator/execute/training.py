@@ -38,6 +38,7 @@ from .outputs import MetricFiles
 from .records import LoopOutcome
 from .stopping import Judge
 from .submitter import Submitter
+from .tracks import Tracks
 
 
 class Driver(Protocol):
@@ -60,6 +61,8 @@ class Driver(Protocol):
     def checkpoints(self) -> CheckpointWriter | None: ...
     @property
     def metric_files(self) -> MetricFiles | None: ...
+    @property
+    def tracks(self) -> Tracks | None: ...
 
     def hold(self, futures: Mapping[str, Any]) -> None: ...
 
@@ -367,6 +370,7 @@ class TrainingLoop:
 
     def write_metrics(self) -> None:
         """The metric CSVs so far (a stopped run keeps what it computed); not past a stop, which ``finish`` cuts."""
+        self.track()
         files = self.driver.metric_files
         if files is None:
             return
@@ -376,6 +380,16 @@ class TrainingLoop:
         for name, rows in self.evaluations.items():
             if rows:
                 files.update(f"{self.loop.name}.{name}", [[float(step), value] for step, value in rows])
+
+    def track(self) -> None:
+        """The metrics so far to the sinks asked for (``--tensorboard``, ``--mlflow``): the rows not sent yet."""
+        tracks = self.driver.tracks
+        if tracks is None:
+            return
+        for name, values in self.series.items():
+            tracks.steps(self.loop, self.offset, name, values)
+        for name, rows in self.evaluations.items():
+            tracks.evaluations(self.loop, self.offset, name, rows)
 
     def tables(self) -> dict[str, np.ndarray]:
         """Each evaluation metric as (step, value) rows: ``LOOP.metric``."""

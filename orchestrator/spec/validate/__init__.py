@@ -90,7 +90,8 @@ def _validate(doc: Document, without: Collection[str] = ()) -> tuple[Spec | None
     run = RunOptions(raw_run.get("output_dir"), bool(raw_run.get("allow_absolute_paths", False)),
                      int(raw_run.get("retries", 0)), c.seconds(raw_run.get("timeout"), ("run", "timeout")),
                      c.seconds(raw_run.get("no_workers_timeout", 5), ("run", "no_workers_timeout")) or 5.0,
-                     str(raw_run.get("on_device_lost", ON_DEVICE_LOST[0])))
+                     str(raw_run.get("on_device_lost", ON_DEVICE_LOST[0])),
+                     tensorboard=raw_run.get("tensorboard"), mlflow=raw_run.get("mlflow"))
     check_on_device_lost(c, run)
     if c.too_big:  # a cluster too big to build: nothing later can be checked against it
         return None, sorted(c.diags, key=lambda d: (d.severity != "error", d.line, d.column))
