@@ -515,8 +515,9 @@ class GatedRun:
             link = re.search(r"dashboard: (http://127\.0\.0\.1:\d+/status)", line)
             if link:
                 return link.group(1)
-        self.stop()
-        raise BrowserError("the run printed no dashboard link:\n" + "".join(lines) + self.said)
+        self.process.kill()  # silent or gone: nothing more to read
+        self.process.wait()
+        raise BrowserError("the run printed no dashboard link:\n" + "".join(lines))
 
     def url(self, path: str) -> str:
         """Another page of the dashboard's server: ``url("/orchestrator")``."""
@@ -526,16 +527,31 @@ class GatedRun:
         """Open the gate: the run goes on."""
         self.gate.touch()
 
+    def kept_alive(self) -> bool:
+        """Wait until the run has finished and says its cluster is kept alive (False: it ended instead)."""
+        assert self.process.stdout is not None
+        while not self.process.stdout.closed:
+            line = self.process.stdout.readline()
+            self.said += line
+            if not line:
+                return False
+            if "cluster kept alive" in line:
+                return True
+        return False
+
     def stop(self) -> int:
-        """Ctrl-C the kept-alive run (opening the gate first); its exit code."""
+        """Ctrl-C the kept-alive run once it has finished (opening the gate first); its exit code."""
         self.release()
-        if self.process.poll() is None:
+        if self.process.poll() is None and self.kept_alive():
             self.process.send_signal(signal.SIGINT)
             try:
                 self.process.wait(timeout=DEFAULT_TIMEOUT)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.process.poll() is None:  # it ended its output without ending: not ours to wait for
+            self.process.kill()
+        self.process.wait()
         if self.process.stdout is not None and not self.process.stdout.closed:
             self.said += self.process.stdout.read()
             self.process.stdout.close()
