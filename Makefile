@@ -18,7 +18,7 @@ TOOLS_LOCK := requirements/tools.lock
 DEV_LOCK := requirements/dev.lock
 BENCH_LOCK := requirements/bench.lock
 
-.PHONY: run test bench lint wheel-check lock test-lowest test-latest wheelhouse gpu-check clean
+.PHONY: run test bench lint wheel-check lock test-lowest test-latest wheelhouse gpu-check screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m compileall -q orchestrator
 	$(BIN)/python -m pytest -q
+
+# docs/images/*.png from real runs, in headless Chromium (docs/screenshots.py; Debian: apt-get install chromium)
+screenshots: $(STAMP)
+	$(BIN)/python docs/screenshots.py
 
 # mypy --strict on the package (mypy.ini) and the import contracts (.importlinter)
 lint: $(STAMP)

@@ -156,8 +156,7 @@ class Runner:
                 if not self.saves_settled:  # the run failed or was stopped: every existing file stays as it was
                     tell_workers(client, discard_saves, run=self.token)
                 if self.settings.keep_alive and cluster is not None:
-                    self.echo("cluster kept alive (--keep-alive); press Ctrl-C to stop it")
-                    wait_forever()
+                    wait_forever(lambda: self.echo("cluster kept alive (--keep-alive); press Ctrl-C to stop it"))
                 client.close()
                 if cluster is not None:
                     cluster.close()

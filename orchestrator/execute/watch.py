@@ -74,9 +74,12 @@ class SchedulerWatch:
                 return
 
 
-def wait_forever() -> None:
-    """Until Ctrl-C (a cluster kept alive with --keep-alive)."""
+def wait_forever(announce: Callable[[], None]) -> None:
+    """Until Ctrl-C (a cluster kept alive with --keep-alive), saying so with ``announce`` inside the wait:
+    a Ctrl-C that follows the words at once (a script that waits for them) lands here too, and not
+    between the words and the wait, where it failed the finished run with "interrupted"."""
     try:
+        announce()
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

@@ -1,0 +1,165 @@
+"""Our pages in a real browser: headless Chromium loads them, waits for Bokeh to draw, and reads what it drew.
+
+tests/test_report_html.py reads the Bokeh documents a page embeds as JSON; these tests
+load the page in Chromium (tests/browser.py, over the DevTools protocol) and ask the
+live Bokeh documents instead, once every view has finished drawing: a page whose
+script fails, whose documents do not build, or whose figure is laid out but painted
+empty fails here and not there. Every wait watches for content and has a generous
+deadline; none sleeps for a fixed time.
+
+- the run report (``orchestrate report --html``) of examples/train.yaml: every device, the
+  loop, every op that ran, each figure drawn with ink in its frame;
+- the report of a halving sweep over a training loop: every copy's row, its metric curve,
+  the rule's decisions;
+- Dask's own dashboard (/status) of a live ``run --keep-alive``, opened while the run waits
+  at a gate op, then showing the run's task names in its task stream.
+
+Where Chromium is missing (and ``.ci/run`` could not install it) they are skipped with a note.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from browser import NO_CHROMIUM, BrowserError, Chromium, Drawn, GatedRun, bokeh_drawn, find_chromium
+from orchestrator import run_file
+from orchestrator.cli import run_cli
+from orchestrator.report.html import short_device
+from test_halving import LRS, spec_text
+
+pytestmark = pytest.mark.browser
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Chromium]:
+    """One headless Chromium for the module's tests, each in a tab of its own."""
+    if find_chromium() is None:
+        pytest.skip(NO_CHROMIUM)
+    with Chromium() as browser:
+        yield browser
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def _page(report: Path) -> Path:
+    page = report.with_suffix(".html")
+    out = io.StringIO()
+    assert run_cli(["report", str(report), "--html", str(page)], out=out) == 0, out.getvalue()
+    return page
+
+
+def _every_figure_has_ink(drawn: Drawn) -> None:
+    for plot in drawn.plots:
+        assert plot.width > 0 and plot.height > 0, plot.title
+        assert plot.ink > 0, f"the figure {plot.title!r} was laid out but nothing was painted in its frame"
+
+
+def test_the_probe_waits_for_bokeh_and_tells_an_empty_figure_from_a_drawn_one(chromium: Chromium,
+                                                                              tmp_path: Path) -> None:
+    from bokeh.embed import file_html
+    from bokeh.layouts import column
+    from bokeh.plotting import figure
+    from bokeh.resources import INLINE
+
+    empty = figure(title="empty", width=300, height=200)
+    empty.line([], [])
+    drawn_one = figure(title="drawn", width=300, height=200)
+    drawn_one.line([0, 1, 2], [0, 2, 1], line_width=3)
+    page = tmp_path / "two.html"
+    page.write_text(file_html(column(empty, drawn_one), INLINE, title="two"), encoding="utf-8")
+    drawn = bokeh_drawn(chromium.open(page))
+    assert drawn.plot("empty").ink == 0 and drawn.plot("drawn").ink > 50
+
+    # a page without Bokeh never draws: the wait fails on its deadline, saying what it waited for
+    (tmp_path / "plain.html").write_text("<p>no bokeh here</p>", encoding="utf-8")
+    with pytest.raises(BrowserError, match="waited 3 s for Bokeh to draw"):
+        bokeh_drawn(chromium.open(tmp_path / "plain.html"), timeout=3)
+
+
+@pytest.mark.cluster
+def test_the_report_of_the_training_example_draws_every_device_loop_and_op(chromium: Chromium,
+                                                                            tmp_path: Path) -> None:
+    report_path = tmp_path / "run.json"
+    sys.path.insert(0, str(ROOT / "examples"))  # train_fns, beside the spec
+    try:
+        run_file(ROOT / "examples" / "train.yaml", output_dir=str(tmp_path), report_path=str(report_path),
+                 echo=_quiet)
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    report = json.loads(report_path.read_text())
+    page = chromium.open(_page(report_path), 1400, 1000)
+    drawn = bokeh_drawn(page)
+
+    assert page.errors() == []
+    assert drawn.documents == 1
+    timeline, memory = drawn.plot("Timeline"), drawn.plot("Memory per device")
+    assert len(report["devices"]) == 5
+    for device in report["devices"]:
+        assert short_device(device["device"]) in timeline.strings  # its row of the timeline
+        assert short_device(device["device"]) in memory.strings  # its group of the memory figure
+        assert device["device"] in drawn.text  # the devices table
+    assert list(report["loops"]) == ["fit"]
+    for loop in report["loops"]:
+        assert f"Loop {loop}:" in " ".join(p.title for p in drawn.plots)  # its step pictures
+        assert re.search(rf"\b{loop} : gang", drawn.text)  # the header's line of how it ran
+    ran = [op["name"] for op in report["ops"] if op["start"] is not None]
+    assert ran
+    for name in ran:
+        assert name in timeline.strings  # a labelled bar
+    _every_figure_has_ink(drawn)
+
+
+@pytest.mark.cluster
+def test_the_report_of_a_halving_sweep_draws_each_copy_and_its_metric_curve(chromium: Chromium,
+                                                                           tmp_path: Path) -> None:
+    spec = tmp_path / "halving.yaml"
+    spec.write_text(spec_text(), encoding="utf-8")
+    report_path = tmp_path / "run.json"
+    run_file(spec, output_dir=str(tmp_path), report_path=str(report_path), echo=_quiet)
+    report = json.loads(report_path.read_text())
+    page = chromium.open(_page(report_path), 1400, 1000)
+    drawn = bokeh_drawn(page)
+
+    assert page.errors() == []
+    copies = report["sweeps"]["hp"]["copies"]
+    assert len(copies) == len(LRS)
+    rows = drawn.plot("Sweep hp: each copy from its start to its stop")
+    curves = drawn.plot("Sweep hp: each copy's loss")
+    for copy in copies:
+        assert f"{short_device(copy['device'])} · copy {copy['index']}" in rows.strings  # its row
+        assert any(s.startswith(f"copy {copy['index']} (") for s in curves.strings)  # its curve, hovered
+    assert "train.loss" in drawn.text and "rung by rung" in drawn.text  # the decisions' table
+    for rung in report["sweeps"]["hp"]["rungs"]:
+        assert f"step {rung['step']}" in drawn.text
+    for device in report["devices"]:
+        assert short_device(device["device"]) in drawn.plot("Timeline").strings
+    _every_figure_has_ink(drawn)
+
+
+@pytest.mark.cluster
+def test_dasks_status_page_of_a_live_run_shows_our_task_names(chromium: Chromium, tmp_path: Path) -> None:
+    with GatedRun(tmp_path, args=["--task-names", "op"]) as run:
+        page = chromium.open(run.dashboard, 1400, 1000)
+        bokeh_drawn(page, lambda d: any(p.title == "Task Stream" for p in d.plots), "the task stream")
+        run.release()  # the page is watching: let the run go on
+        # the ops after the gate, a partition of their own each, and the loop's windows: a task per device
+        names = ["gate", "b", "c", "d", "loop@localhost/0/GPU:0", "loop@localhost/0/GPU:1"]
+
+        def streamed(drawn: Drawn) -> bool:
+            return set(names) <= drawn.plot("Task Stream").strings
+
+        drawn = bokeh_drawn(page, streamed, f"the task stream to show {names}")
+        assert drawn.plot("Task Stream").ink > 0  # and its bars are painted
+        # (its Progress bars are gone by now: Dask clears a group's bar once its tasks are done)
+    assert run.stop() == 0, run.said
+    assert (tmp_path / "w.npy").is_file()  # the run went through its gate to the end
