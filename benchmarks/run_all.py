@@ -4,7 +4,8 @@ B1 run overhead, B2 compile speed, B3 transfers, B4 data-parallel scaling,
 B5 start-up, the client memory of a long loop, B7 polyfit and the B4 towers
 across two simulated hosts (network namespaces; skipped without root), B8 the
 cost of checkpoints in polyfit's loop, B9 a 64-copy search packed on 2 simulated
-GPUs beside one at a time and Ray, B11 validate of a search by its copies, and B6
+GPUs beside one at a time and Ray, B11 validate of a search by its copies, B10 the
+recovery from a lost device worker, and B6
 the polyfit example's training loop beside hand-written Dask futures, Ray and
 TensorFlow (Ray and TensorFlow only where installed: ``pip install -e '.[anchors]'``). Each
 benchmark prints its own figures and writes ``benchmarks/results/<name>.json``;
@@ -76,6 +77,8 @@ BENCHES = (
     Bench("B9", "64-copy search packed vs one at a time and Ray", "bench_search.py", "search.json", 110, 60),
     # validate of a search by its copies (the most a spec may make, 20k) and the refusal of 250k
     Bench("B11", "validate of a search by copies", "bench_validate_copies.py", "validate_copies.json", 90, 30),
+    # a device worker killed mid-loop with run.on_device_lost: wait, beside a clean run (rounds as the budget allows)
+    Bench("B10", "recovery from a lost device worker", "bench_recovery.py", "recovery.json", 200, 90),
     # last: it fits as many rounds as its budget allows (see bench_polyfit.py), so it takes what the others left
     Bench("B6", "polyfit loop vs Dask, Ray, TF", "bench_polyfit.py", "polyfit.json", 360, 150),
 )
@@ -226,6 +229,12 @@ def figures(runs: dict[str, dict[str, Any]]) -> list[Figure]:
                     f"{every:.2f} s vs {none:.2f} s, medians of {b8.get('rounds_done')}" if every and none else ""))
     out += search_figures(data("B9"))
     out += validate_copies_figures(data("B11"))
+    b10 = data("B10")
+    out.append(_fig("B10", "a device worker killed mid-loop (on_device_lost: wait): kill to its work redone, s",
+                    b10.get("median_recovery_s"), "{:.2f}", "< 10", lambda v: v < 10,
+                    f"every step's loss equal to a clean run's: {b10.get('all_equal')}" if b10 else ""))
+    out.append(_fig("B10", "that run's whole time ÷ a clean run's", b10.get("median_ratio"), "{:.2f}", "reported",
+                    lambda v: True, f"{len(b10.get('rounds') or [])} round(s), {b10.get('steps')} steps" if b10 else ""))
     return out
 
 
