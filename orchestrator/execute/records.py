@@ -354,7 +354,7 @@ class RunResult:
 
 @dataclass(frozen=True)
 class LoopNews:
-    """A loop's window as its driver read it, for the run's live page (``execute.dashboard``), which sends it
+    """A loop's window as its driver read it, for the run's live page (``execute.live``), which sends it
     on with the window's other news: never a message per step, never one the driver waits for."""
 
     loop: str
