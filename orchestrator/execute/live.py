@@ -87,7 +87,7 @@ class LiveFeed:
             entry["checkpoint"] = news.checkpoint
         if news.failed:
             entry.update(state=f"failed: {news.failed}", step=news.step)
-        self.flush(force=bool(news.failed))
+        self.flush(force=bool(news.failed) or news.step >= news.steps)  # (the loop's last window: its last points)
 
     def flush(self, force: bool = False, **extra: Any) -> None:
         """Send the news so far: now if ``force``, else once :data:`INTERVAL` has passed since the last."""

@@ -11,16 +11,16 @@ is static HTML that reads ``/orchestrator/state.json`` every second.
 
 What the page shows of each device comes from the device's worker, on Dask's
 heartbeat (``runtime.device_metrics``, a worker metric): the memory its
-backend holds now, the ops its threads run now, its op seconds so far (the
-plugin samples their growth once a second into busy over time) and the bytes
-Dask moved into it per run. A scheduler that cannot import this module (a
+backend holds now, the ops its threads run now, the share of its threads
+busy with ops between its last few heartbeats (the plugin keeps them: busy
+over time) and the bytes Dask moved into it per run. A scheduler that cannot import this module (a
 remote one without orchestrator installed) refuses the plugin: the run goes
 on and says that there is no page.
 
 State: per run (the latest :data:`MAX_RUNS`), the plan's summary, each
 loop's news with its metric points (thinned to :data:`MAX_POINTS` a series),
 the sweeps' decisions, the run's status; per device its busy samples (the
-latest :data:`MAX_SAMPLES`) and the last op seconds read.
+latest :data:`MAX_SAMPLES`).
 """
 
 from __future__ import annotations
@@ -43,15 +43,15 @@ PAGE_OP = "orchestrator-page"  # the client's stream message (a scheduler stream
 ROUTE = "/orchestrator/"
 MAX_RUNS = 4
 MAX_POINTS = 2000  # per metric series: past it, every other point goes (the latest stays)
-MAX_SAMPLES = 600  # busy samples per device, one a second: the last ten minutes
+MAX_SAMPLES = 600  # busy samples per device, one a heartbeat (0.5 s on a small cluster): the last five minutes
 NOTES = {
     "held": "memory the device's backend holds now (a GPU's arrays: the accounting its cap is checked against; "
             "a CPU device's values are Dask's to hold: Dask's managed bytes)",
     "dask_bytes_stored": "Dask's 'Bytes stored' (and 'process' here) is each worker process's memory as the "
                          "operating system counts it (RSS: Dask's managed values, the interpreter, libraries, "
                          "caches); a GPU's arrays are not in it",
-    "busy": "the share of the device's task threads running an op, per second, from the op seconds its worker "
-            "reports on each heartbeat (a gang window's wait for another device is idle)",
+    "busy": "the share of the device's task threads running an op between two heartbeats (about 0.5 s), from the "
+            "op seconds its worker counts (a gang window's wait for another device is idle)",
     "moved": "bytes Dask moved into the device for this run (its transfer log); values a gang window sends over "
              "direct links are not in it (the run report counts them after the run)",
 }
@@ -64,7 +64,6 @@ class PagePlugin(SchedulerPlugin):
     def __init__(self) -> None:
         self.runs: dict[str, dict[str, Any]] = {}
         self.busy: dict[str, list[list[float]]] = {}
-        self.seen: dict[str, tuple[float, float]] = {}  # device -> (heartbeat time, op seconds) last read
         self.scheduler: Any = None
         self.sampler: PeriodicCallback | None = None
 
@@ -100,22 +99,18 @@ class PagePlugin(SchedulerPlugin):
         state["decisions"].extend(message.get("decisions") or [])
 
     def sample(self) -> None:
-        """Each device's busy share since its last heartbeat read: the growth of its op seconds."""
+        """Each device's busy shares, as its heartbeats said them (each repeats the last few): the new ones kept."""
         for ws in list(self.scheduler.workers.values()):
             mine = ws.metrics.get(DEVICE_METRIC)
             if not isinstance(mine, dict):
                 continue
-            device, busy, at = str(mine["device"]), float(mine["busy"]), float(ws.last_seen)
-            before = self.seen.get(device)
-            self.seen[device] = (at, busy)
-            if before is None or at <= before[0] or busy < before[1]:  # no new heartbeat, or a restarted worker
-                continue
-            share = (busy - before[1]) / (at - before[0]) / max(1, int(mine.get("threads", 1)))
-            samples = self.busy.setdefault(device, [])
-            samples.append([round(at, 2), round(min(1.0, share), 3)])
+            samples = self.busy.setdefault(str(mine["device"]), [])
+            last = samples[-1][0] if samples else 0.0
+            samples.extend([float(at), float(share)] for at, share in mine.get("busy", ()) if at > last)
             del samples[:-MAX_SAMPLES]
 
     def state(self) -> dict[str, Any]:
+        self.sample()
         devices = {}
         for ws in list(self.scheduler.workers.values()):
             mine = ws.metrics.get(DEVICE_METRIC)

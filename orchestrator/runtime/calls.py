@@ -7,10 +7,11 @@ Each call finds the worker's :class:`~orchestrator.runtime.device.Runtime` and a
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from ..atomic import FileSet
-from .device import _runtime
+from .device import Runtime, _runtime
 from .links import Address
 
 
@@ -109,6 +110,7 @@ def drain_records(dask_worker: Any, run: str) -> dict[str, Any]:
 
 
 MOVED_RUNS = 8
+BUSY_SHARES = 10  # the heartbeats' busy shares each heartbeat repeats (at 0.5 s a heartbeat: the last 5 s)
 
 
 def device_metrics(dask_worker: Any) -> dict[str, Any]:
@@ -133,5 +135,19 @@ def device_metrics(dask_worker: Any) -> dict[str, Any]:
                 runtime.moved[run] = runtime.moved.get(run, 0) + int(nbytes)
     for old in list(runtime.moved)[:-MOVED_RUNS]:  # a long-lived cluster's runs: the latest few are shown
         del runtime.moved[old]
-    return {"device": runtime.config.name, "memory": runtime.backend.stats(), "running": sorted(set(runtime.running.values())),
-            "busy": runtime.busy, "threads": int(getattr(worker, "nthreads", 1) or 1), "moved": dict(runtime.moved)}
+    running = sorted(set(runtime.running.copy().values()))  # (a copy: the task threads change it meanwhile)
+    return {"device": runtime.config.name, "memory": runtime.backend.stats(), "running": running,
+            "busy": _busy_shares(runtime, int(getattr(worker, "nthreads", 1) or 1)), "moved": dict(runtime.moved)}
+
+
+def _busy_shares(runtime: Runtime, threads: int) -> list[list[float]]:
+    """The share of the task threads that ran ops since the last heartbeat, and the few before it: [when, share]
+    each (a scheduler reading every other heartbeat misses none)."""
+    now, busy = time.time(), runtime.busy
+    seen = runtime.busy_seen or (runtime.created, 0.0)  # (the first heartbeat: since the device's runtime began)
+    if now > seen[0] and busy >= seen[1]:
+        share = (busy - seen[1]) / (now - seen[0]) / max(1, threads)
+        runtime.busy_shares.append([round(now, 3), round(min(1.0, share), 6)])
+        del runtime.busy_shares[:-BUSY_SHARES]
+    runtime.busy_seen = (now, busy)
+    return [list(sample) for sample in runtime.busy_shares]

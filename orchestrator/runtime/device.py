@@ -73,6 +73,8 @@ class Runtime:
     busy: float = 0.0
     moved: dict[str, int] = field(default_factory=dict)  # run -> bytes Dask moved into this worker for it
     moved_seen: Any = None  # the newest entry of Dask's transfer log counted into ``moved``
+    busy_seen: tuple[float, float] | None = None  # (when, op seconds) at the last heartbeat
+    busy_shares: list[list[float]] = field(default_factory=list)  # the last heartbeats' [when, busy share]
 
     def __post_init__(self) -> None:
         self.links = Links(self.config.name, self.mailbox)
