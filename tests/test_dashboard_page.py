@@ -13,6 +13,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
+import subprocess
 import textwrap
 import time
 import urllib.request
@@ -302,3 +304,58 @@ def test_the_feed_sends_a_loop_of_many_windows_in_few_messages(tmp_path: Path) -
     assert points == [[step, 1.0 / step] for step in range(1, 1001)]
     ended = [m for m in sent if m.get("loops", {}).get("fit", {}).get("state") == "done"]
     assert ended and ended[-1]["loops"]["fit"]["step"] == 1000
+
+
+HARNESS = """\
+const fs = require("fs");
+class El {
+  constructor(tag) { this.tag = tag; this.attrs = {}; this.children = []; this.textContent = ""; }
+  setAttribute(k, v) { this.attrs[k] = String(v); }
+  append(...kids) { this.children.push(...kids); }
+  replaceChildren(...kids) { this.children = kids; }
+}
+global.Node = El;
+const made = {};
+global.document = {
+  createElement: t => new El(t), createElementNS: (ns, t) => new El(t),
+  createTextNode: t => { const e = new El("#text"); e.textContent = t; return e; },
+  getElementById: id => (made[id] = made[id] || new El("div")),
+  querySelector: s => (made[s] = made[s] || new El("tbody")),
+};
+global.location = {pathname: "/orchestrator/"};
+global.fetch = async () => ({json: async () => JSON.parse(fs.readFileSync(process.argv[3]))});
+global.setTimeout = () => {};
+eval(fs.readFileSync(process.argv[2], "utf8"));
+setImmediate(() => {
+  const found = [];
+  const walk = e => { const a = e.attrs || {}; if (Object.keys(a).some(k => k.startsWith("data-"))) found.push(a);
+                      (e.children || []).forEach(walk); };
+  Object.values(made).forEach(walk);
+  console.log(JSON.stringify({found, status: made["run-status"].textContent}));
+});
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="the page's script is run by Node.js, not installed here")
+def test_the_pages_script_draws_every_device_loop_and_copy(remote_page: Any, tmp_path: Path) -> None:
+    """The page's own script, run over the remote run's state.json with a minimal DOM: the elements it draws
+    carry each device, loop and copy, each copy's state, and the rung (a browser test checks the real DOM)."""
+    page, state, report, plan = remote_page
+    html = fetch(page)
+    (tmp_path / "page.js").write_text(html.split("<script>")[1].split("</script>")[0].replace('"use strict";', ""))
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    (tmp_path / "harness.js").write_text(HARNESS)
+    done = subprocess.run(["node", str(tmp_path / "harness.js"), str(tmp_path / "page.js"), str(tmp_path / "state.json")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    drawn = json.loads(done.stdout)
+    assert drawn["status"] == "finished"
+    found = drawn["found"]
+    assert {a["data-device"] for a in found if "data-device" in a} == {d.name for d in plan.spec.cluster.devices}
+    assert {a["data-loop"] for a in found if "data-loop" in a} == {loop.name for loop in plan.spec.loops}
+    copies = {a["data-copy"]: a["data-state"] for a in found if "data-copy" in a}
+    word = {"finished": "done", "stopped": "stopped", "failed": "failed"}
+    assert copies == {str(c["index"]): word[c["status"]] for c in report["sweeps"]["hp"]["copies"]}
+    assert [a["data-rung"] for a in found if "data-rung" in a] == ["1"]
+    fit = next(a for a in found if a.get("data-loop") == "fit")
+    assert fit["data-step"] == str(report["loops"]["fit"]["stopped_at_step"])

@@ -36,6 +36,7 @@ import numpy as np
 from ..ops.training import evaluation_steps
 from ..plan.records import Plan
 from ..spec.records import Op, Spec
+from ..spec.searches import Halving, Median
 from .records import LoopNews, SweepNews
 
 INTERVAL = 0.5  # seconds: the most often a message goes, bar the ones that go at once
@@ -161,10 +162,10 @@ def _sweeps(plan: Plan) -> list[dict[str, Any]]:
     return out
 
 
-def _rule(rule: Any) -> dict[str, Any] | None:
+def _rule(rule: Halving | Median | None) -> dict[str, Any] | None:
     if rule is None:
         return None
-    return {"kind": "halving" if hasattr(rule, "keep") else "median", "metric": rule.metric, "mode": rule.mode,
+    return {"kind": "halving" if isinstance(rule, Halving) else "median", "metric": rule.metric, "mode": rule.mode,
             "steps": list(rule.steps)}
 
 
