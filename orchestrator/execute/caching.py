@@ -19,6 +19,7 @@ keys' parts for the next run's reasons.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from ..cache import Cache, Keys, compute_keys, default_directory, why_again
 from ..plan.records import Plan
 from ..ops.values import CopyFailed
 from ..spec.records import Loop, Spec
+from .records import RunSettings
 
 
 @dataclass
@@ -148,7 +150,27 @@ def outermost_loop(spec: Spec, name: str) -> str:
     return loop.name if loop is not None else ""
 
 
-__all__ = ["CacheUse", "default_directory", "outermost_loop"]
+def open_for_run(plan: Plan, settings: RunSettings, base_dir: str, echo: Callable[[str], None]) -> CacheUse | None:
+    """The cache of a run, when any op's cache is on (or --resume); None otherwise, or with --no-cache."""
+    s, spec = settings, plan.spec
+    if not s.use_cache or not (s.resume or spec.cache or spec.cache_scopes or any(op.cache for op in spec.ops)):
+        return None  # nothing reads or writes the cache: no keys to make (0.25 s at 10k ops)
+    directory = s.cache_dir or default_directory(base_dir)
+    cache = CacheUse.open(plan, directory, base_dir, s.resume, s.cache_files, echo)
+    if not cache.active():
+        return None
+    echo(f"cache: {len(cache.hits)} reused, {len(cache.reasons)} to compute "
+         f"({os.path.relpath(directory)}{', --resume' if s.resume else ''})")
+    for name in sorted(cache.hits):
+        if spec.placement.log:
+            echo(f"Cached op {name} reused: {cache.record(name)}")
+    for name, why in sorted(cache.reasons.items()):
+        if spec.caches(name):
+            echo(f"cache: '{name}' runs again: {why}")
+    return cache
+
+
+__all__ = ["CacheUse", "default_directory", "open_for_run", "outermost_loop"]
 
 
 def _is_export(plan: Plan, name: str, loops: set[str]) -> bool:

@@ -49,7 +49,7 @@ from ..ops.training import evaluation_steps
 from ..ops.values import CopyFailed
 from ..spec.records import Loop, Search, Spec
 from .caching import CacheUse
-from .records import MAX_CURVE, CopiesRun, CopyEnd, Curve, Decision, LoopOutcome, SearchOutcome
+from .records import MAX_CURVE, CopiesRun, CopyEnd, Curve, Decision, LoopNews, LoopOutcome, SearchOutcome, SweepNews
 from .rules import best_so_far, halving_decision, median_decision, stop_reason
 from .training import Driver, TrainingLoop
 
@@ -218,6 +218,8 @@ class CopyLoops:
         staged.drop_sinks(copy.training.sinks)
         if staged.tracks is not None:  # its TensorBoard file closed, its MLflow run FAILED
             staged.tracks.failed(copy.loop)
+        staged.submitter.tell(LoopNews(copy.loop.name, copy.reached, copy.loop.steps, {}, {}, {},
+                                       failed=error.splitlines()[0] if error else "?"))
         staged.echo(f"sweep '{self.search.name}': copy {copy.index}'s loop '{copy.loop.name}' failed past step "
                     f"{copy.reached}; the other copies go on: {error.splitlines()[0] if error else '?'}")
 
@@ -240,6 +242,7 @@ class CopyLoops:
                 self.stop(copy, reason)  # at the step (or, resumed from a checkpoint past it, where it resumed)
                 self.ends[row.copy] = CopyEnd(row.copy, copy.training.outcome.stopped_at_step, reason)
         self.decisions.append(decision)
+        self.staged.submitter.tell(SweepNews(self.search.name, decision))
         self.staged.echo(_said(self.search.name, decision))
         return [c for c in running if c.index not in self.ends]
 

@@ -62,6 +62,9 @@ class DeviceRuntimePlugin(WorkerPlugin):
                 device_runtime.mailbox.put(message["items"])
 
         worker.handlers[EXCHANGE_HANDLER] = receive
+        # what the run's live page shows of this device rides on Dask's heartbeat (execute.page): no message of
+        # its own, and none per step
+        worker.metrics[runtime.DEVICE_METRIC] = runtime.device_metrics
         # who this worker is, from itself: the client names a lost worker by it, a restarted one too (the
         # scheduler's events name workers by address only)
         worker.log_event(runtime.DEVICE_TOPIC, {"device": config.name, "address": str(worker.address),

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -352,3 +352,26 @@ class RunResult:
     def report(self) -> dict[str, Any]:
         """The run report as the JSON ``run --report`` writes."""
         return self.run_report.as_dict()
+
+
+@dataclass(frozen=True)
+class LoopNews:
+    """A loop's window as its driver read it, for the run's live page (``execute.live``), which sends it
+    on with the window's other news: never a message per step, never one the driver waits for."""
+
+    loop: str
+    step: int  # the last step read
+    steps: int
+    series: Mapping[str, Sequence[Any]]  # each step metric so far (the driver's own lists, read at once)
+    evaluations: Mapping[str, Sequence[tuple[int, float]]]  # each evaluation metric so far: (step, value)
+    stopping: Mapping[str, Any]  # early stopping's state (best, best_step, wait, judged); empty without it
+    checkpoint: int | None = None  # the step of the last checkpoint handed to the writer
+    failed: str = ""  # the loop failed (a sweep's copy, which fails alone): the error's first line
+
+
+@dataclass(frozen=True)
+class SweepNews:
+    """A decision of a sweep's rule, as its driver made it: a row of the live page's rung table."""
+
+    sweep: str
+    decision: Decision

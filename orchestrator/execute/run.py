@@ -37,13 +37,14 @@ from ..devices import DeviceSpec
 from ..errors import OrchestratorError, RunError
 from ..compile.records import CompiledGraph
 from ..plan.records import Plan
-from .records import (LoopOutcome, LoopProgressView, RunReport, RunResult, RunSettings, RunTotals, SearchOutcome,
-                      TransferRecord)
+from .records import (LoopNews, LoopOutcome, LoopProgressView, RunReport, RunResult, RunSettings, RunTotals,
+                      SearchOutcome, SweepNews, TransferRecord)
 from ..perf import paused_gc
 from ..runtime import LOG_TOPIC, discard_saves, drain_records
-from .caching import CacheUse, default_directory, outermost_loop
+from .caching import CacheUse, open_for_run, outermost_loop
 from .checkpointing import writer_for
 from .progress import LoopProgress
+from .live import LiveFeed
 from .cluster import dask_settings, device_configs, scheduler_config
 from .connect import choose_backend, connect, cuda_counter, embedded, prestart, wait_for_devices
 from .loops import StagedRun
@@ -86,6 +87,7 @@ class Runner:
         self.saves_settled = False  # checkpoints of this run committed (or there is nothing left to discard)
         self.cache: CacheUse | None = None
         self.links = False  # loop windows' values go over direct links between workers (else Dask's comms)
+        self.feed: LiveFeed | None = None  # the run's news for its live page on the scheduler (execute.page)
         self.progress_line: LoopProgressView | None = settings.progress_view or (  # (the CLI's: a terminal)
             LoopProgress() if settings.progress or (settings.progress is None and sys.stdout.isatty()) else None)
 
@@ -128,7 +130,8 @@ class Runner:
                           f"{self.backend_why})")
                 if link:
                     grouped = "op name" if self.task_names == "op" else "op kind"
-                    self.echo(f"dashboard: {link} (task stream grouped by {grouped}: {self.task_names_why})")
+                    self.echo(f"dashboard: {link} (task stream grouped by {grouped}: {self.task_names_why}); "
+                              f"{self.open_page(client, link)}")
                 with self.phase("prepare workers"):
                     wait_for_devices(self.plan, self.settings, client)
                     runtime = DeviceRuntimePlugin(device_configs(self.spec.cluster, self.backend))
@@ -173,11 +176,19 @@ class Runner:
     def _run_aborting(self, client: Any, link: str | None) -> RunResult:
         """The run; when it fails, the tasks still waiting for a value another device will now never send wake."""
         try:
-            return self._run_on(client, link)
+            with self.feed.ending() if self.feed is not None else contextlib.nullcontext():  # (the page hears)
+                return self._run_on(client, link)
         except OrchestratorError as exc:
             if client.status == "running":  # (a lost scheduler: nobody to tell, and the line must come at once)
                 self.abort(exc)
             raise
+
+    def open_page(self, client: Any, link: str) -> str:
+        """The run's live page on the scheduler (execute.page): where it is, or why there is none."""
+        from .page import open_page, page_link
+
+        self.feed, why = open_page(client, self.plan, self.token)
+        return f"this run: {page_link(link)}" if self.feed is not None else why
 
     def no_workers_timeout(self, retries: int) -> float:
         """Missing devices are caught before submission (wait_for_devices); this timeout is for a worker lost
@@ -195,24 +206,7 @@ class Runner:
         return any(d.is_gpu for d in self.spec.cluster.devices) and not backend_entry(self.backend).hardware
 
     def open_cache(self) -> CacheUse | None:
-        """The cache of this run, when any op's cache is on (or --resume); None otherwise, or with --no-cache."""
-        s = self.settings
-        if not s.use_cache or not (s.resume or self.spec.cache or self.spec.cache_scopes or
-                                   any(op.cache for op in self.spec.ops)):
-            return None  # nothing reads or writes the cache: no keys to make (0.25 s at 10k ops)
-        directory = s.cache_dir or default_directory(self.base_dir)
-        cache = CacheUse.open(self.plan, directory, self.base_dir, s.resume, s.cache_files, self.echo)
-        if not cache.active():
-            return None
-        self.echo(f"cache: {len(cache.hits)} reused, {len(cache.reasons)} to compute "
-                  f"({os.path.relpath(directory)}{', --resume' if s.resume else ''})")
-        for name in sorted(cache.hits):
-            if self.spec.placement.log:
-                self.echo(f"Cached op {name} reused: {cache.record(name)}")
-        for name, why in sorted(cache.reasons.items()):
-            if self.spec.caches(name):
-                self.echo(f"cache: '{name}' runs again: {why}")
-        return cache
+        return open_for_run(self.plan, self.settings, self.base_dir, self.echo)
 
     def _run_on(self, client: Any, link: str | None) -> RunResult:
         from distributed import performance_report
@@ -351,10 +345,16 @@ class Runner:
         return self.client.scatter(value, workers=workers, broadcast=False)
 
     def loop_progress(self, loop: str, done: int, steps: int, note: str = "") -> None:
+        if self.feed is not None:
+            self.feed.loop_progress(loop, done, steps, note)
         if self.settings.on_loop_progress is not None:
             self.settings.on_loop_progress(loop, done, steps)
         if self.progress_line is not None:
             self.progress_line.show(loop, done, steps, note)
+
+    def tell(self, news: LoopNews | SweepNews) -> None:
+        if self.feed is not None:
+            self.feed.tell(news)
 
     def translate(self, exc: Exception) -> RunError:
         return dask_error(exc, self.plan, self)

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from ..compile.records import CompiledGraph
 from ..devices import DeviceSpec
+from .records import LoopNews, SweepNews
 
 
 class Submitter(Protocol):
@@ -25,3 +26,4 @@ class Submitter(Protocol):
     def wait_for(self, futures: Sequence[Any]) -> None: ...
     def loop_progress(self, loop: str, done: int, steps: int, note: str = "") -> None: ...
     def abort_loop(self, loop: int, why: str) -> None: ...
+    def tell(self, news: LoopNews | SweepNews) -> None: ...  # for the run's live page; returns at once

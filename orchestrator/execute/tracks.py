@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -94,6 +94,14 @@ class Tracks:
                       for name, folder in self.folders.items()]
         for sink in self.sinks:
             echo(f"metrics: {sink.where()}")
+
+    def rows(self, loop: Loop, offset: int, series: Mapping[str, Sequence[Any]],
+             evaluations: Mapping[str, Sequence[tuple[int, float]]]) -> None:
+        """A loop's metrics so far, step and evaluation metrics alike: the rows not sent yet."""
+        for name, values in series.items():
+            self.steps(loop, offset, name, values)
+        for name, rows in evaluations.items():
+            self.evaluations(loop, offset, name, rows)
 
     def steps(self, loop: Loop, offset: int, metric: str, values: Sequence[Any]) -> None:
         """A step metric's series so far (a value per step from the first of this pass)."""

@@ -35,7 +35,7 @@ from ..plan.records import Plan
 from ..spec.records import Loop
 from .checkpointing import CheckpointWriter
 from .outputs import MetricFiles
-from .records import LoopOutcome
+from .records import LoopNews, LoopOutcome
 from .stopping import Judge
 from .submitter import Submitter
 from .tracks import Tracks
@@ -125,6 +125,7 @@ class TrainingLoop:
     # a sweep's decision steps (``execute.halving``): the loop is read there, and goes on only when told
     holds: frozenset[int] = frozenset()
     sinks: list[Any] = field(default_factory=list)  # its evaluations' sinks (a failed copy's are not waited for)
+    saved_at: int | None = None  # the step of the last checkpoint handed to the writer (for the live page)
 
     def __post_init__(self) -> None:
         evaluation = self.loop.evaluation
@@ -213,7 +214,13 @@ class TrainingLoop:
         return dict(compiled.output_keys), futures
 
     def read(self, sub: _Submitted) -> bool:
-        """Read a window (and its evaluation); True when the loop stops at its last step."""
+        """Read a window (and its evaluation); True when the loop stops there. The live page hears (no round trip)."""
+        stops = self._read(sub)
+        self.driver.submitter.tell(LoopNews(self.loop.name, sub.stop, self.loop.steps, self.series, self.evaluations,
+                                            self.judge.state() if self.judge is not None else {}, self.saved_at))
+        return stops
+
+    def _read(self, sub: _Submitted) -> bool:
         if sub.evaluation:  # the window's error, if any, before the evaluation's (which a failed window fails)
             self.driver.submitter.wait_for([*sub.futures.values(), *sub.evaluation[1].values()])
         values = self.driver.submitter.gather(*sub.evaluation) if sub.evaluation else {}
@@ -351,6 +358,7 @@ class TrainingLoop:
         d.checkpoints.save_later(loop, step, states, series, evaluations,
                                  self.judge.state() if self.judge is not None else {}, best,
                                  {"monitored": self.monitored})
+        self.saved_at = step
 
     def fetched(self, carried: Mapping[str, Located], futures: Mapping[str, Any]) -> list[tuple[Any, int | None]]:
         """(future, element) of each state ``carried``: read by the writer's thread, element cut on the client.
@@ -383,13 +391,8 @@ class TrainingLoop:
 
     def track(self) -> None:
         """The metrics so far to the sinks asked for (``--tensorboard``, ``--mlflow``): the rows not sent yet."""
-        tracks = self.driver.tracks
-        if tracks is None:
-            return
-        for name, values in self.series.items():
-            tracks.steps(self.loop, self.offset, name, values)
-        for name, rows in self.evaluations.items():
-            tracks.evaluations(self.loop, self.offset, name, rows)
+        if self.driver.tracks is not None:
+            self.driver.tracks.rows(self.loop, self.offset, self.series, self.evaluations)
 
     def tables(self) -> dict[str, np.ndarray]:
         """Each evaluation metric as (step, value) rows: ``LOOP.metric``."""

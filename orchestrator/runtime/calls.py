@@ -7,10 +7,11 @@ Each call finds the worker's :class:`~orchestrator.runtime.device.Runtime` and a
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from ..atomic import FileSet
-from .device import _runtime
+from .device import Runtime, _runtime
 from .links import Address
 
 
@@ -103,5 +104,50 @@ def drain_records(dask_worker: Any, run: str) -> dict[str, Any]:
     received = [(key, int(nbytes), float(entry.get("start", 0.0)), float(entry.get("stop", 0.0)), str(entry.get("who")))
                 for entry in getattr(worker, "transfer_incoming_log", ())
                 for key, nbytes in entry.get("keys", {}).items() if run in str(key)]
+    runtime.moved[run] = sum(item[1] for item in received)  # the live page's count, settled as the report's
     return {"ran_on": str(worker.name), "records": mine, "memory": runtime.backend.stats(),
             "created": runtime.created, "received": received, "samples": samples, "spans": spans}
+
+
+MOVED_RUNS = 8
+BUSY_SHARES = 10  # the heartbeats' busy shares each heartbeat repeats (at 0.5 s a heartbeat: the last 5 s)
+
+
+def device_metrics(dask_worker: Any) -> dict[str, Any]:
+    """What this device says of itself at each heartbeat (a Dask worker metric; the run's live page reads it on
+    the scheduler): its backend's memory held now, the ops its threads run now, its op seconds so far, and the
+    bytes Dask moved into it per run. Nothing is asked of it: the heartbeat carries it."""
+    worker, runtime = _runtime(dask_worker)
+    with runtime.lock:
+        runs = {run for run, _, _ in runtime.records}
+    log = list(getattr(worker, "transfer_incoming_log", ()))
+    fresh = []  # the entries since the last heartbeat's newest (the log is a bounded deque: counted as they come)
+    for entry in reversed(log):
+        if entry is runtime.moved_seen:
+            break
+        fresh.append(entry)
+    if log:
+        runtime.moved_seen = log[-1]
+    for entry in fresh:
+        for key, nbytes in entry.get("keys", {}).items():
+            run = next((r for r in runs if r in str(key)), None)  # a run's keys carry its token
+            if run is not None:
+                runtime.moved[run] = runtime.moved.get(run, 0) + int(nbytes)
+    for old in list(runtime.moved)[:-MOVED_RUNS]:  # a long-lived cluster's runs: the latest few are shown
+        del runtime.moved[old]
+    running = sorted(set(runtime.running.copy().values()))  # (a copy: the task threads change it meanwhile)
+    return {"device": runtime.config.name, "memory": runtime.backend.stats(), "running": running,
+            "busy": _busy_shares(runtime, int(getattr(worker, "nthreads", 1) or 1)), "moved": dict(runtime.moved)}
+
+
+def _busy_shares(runtime: Runtime, threads: int) -> list[list[float]]:
+    """The share of the task threads that ran ops since the last heartbeat, and the few before it: [when, share]
+    each (a scheduler reading every other heartbeat misses none)."""
+    now, busy = time.time(), runtime.busy
+    seen = runtime.busy_seen or (runtime.created, 0.0)  # (the first heartbeat: since the device's runtime began)
+    if now > seen[0] and busy >= seen[1]:
+        share = (busy - seen[1]) / (now - seen[0]) / max(1, threads)
+        runtime.busy_shares.append([round(now, 3), round(min(1.0, share), 6)])
+        del runtime.busy_shares[:-BUSY_SHARES]
+    runtime.busy_seen = (now, busy)
+    return [list(sample) for sample in runtime.busy_shares]

@@ -39,6 +39,7 @@ LOG_TOPIC = "orchestrator-log"
 DEVICE_TOPIC = "orchestrator-device"
 COPY_TOPIC = "orchestrator-copy-started"
 RUNTIME_ATTRIBUTE = "orchestrator_runtime"
+DEVICE_METRIC = "orchestrator"  # the Dask worker metric (in each heartbeat) the run's live page reads
 MAX_SAMPLES = 64  # sampled step timelines kept per loop and device in one run
 
 
@@ -66,6 +67,14 @@ class Runtime:
     # pauses a copy's loop at its decision steps: a span each side)
     spans: dict[tuple[str, str], list[list[float]]] = field(default_factory=dict)
     links: Links = field(init=False)  # streams to the other devices' workers (loop windows)
+    # what the run's live page reads at each heartbeat (calls.device_metrics): the op each task thread runs
+    # now, and the seconds of op time so far (all threads; the page turns its growth into busy over time)
+    running: dict[int, str] = field(default_factory=dict)
+    busy: float = 0.0
+    moved: dict[str, int] = field(default_factory=dict)  # run -> bytes Dask moved into this worker for it
+    moved_seen: Any = None  # the newest entry of Dask's transfer log counted into ``moved``
+    busy_seen: tuple[float, float] | None = None  # (when, op seconds) at the last heartbeat
+    busy_shares: list[list[float]] = field(default_factory=list)  # the last heartbeats' [when, busy share]
 
     def __post_init__(self) -> None:
         self.links = Links(self.config.name, self.mailbox)
@@ -307,6 +316,18 @@ def _tf_name(kind: str) -> str:
 
 
 def _with_timeout(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step: int) -> Any:
+    # the op this thread runs now, for the live page: a dict write and a pop per op, no lock (each thread
+    # writes its own entry; the heartbeat reads a copy)
+    thread, began = threading.get_ident(), time.perf_counter()
+    runtime.running[thread] = task.name
+    try:
+        return _bounded(task, runtime, inputs, step)
+    finally:
+        runtime.running.pop(thread, None)
+        runtime.busy += time.perf_counter() - began  # (no lock: two threads ending at once may lose one op's time)
+
+
+def _bounded(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step: int) -> Any:
     if task.timeout is None:
         return kernel(task, runtime, inputs, step)
     # A thread cannot be killed: past its timeout the op's thread is abandoned (its late result is dropped)
