@@ -31,7 +31,7 @@ from orchestrator.errors import RunError
 from orchestrator.runtime.frames import HELLO
 from orchestrator.runtime.links import Address
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.faults]
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 FAIL_WITHIN = 10.0  # seconds from a fault to the run's one-line error

@@ -31,7 +31,7 @@ from typing import Iterator
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.faults]
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 WITHIN = 30.0  # seconds from the kill to the run's end: generous (the goal, 10 s, is the benchmark's)
