@@ -403,7 +403,9 @@ def test_dask_worker_started_by_hand_serves_a_task(tmp_path: Path) -> None:
         for i, line in enumerate(out.getvalue().splitlines()):
             command = line.replace(" dask worker ", f" {' '.join(_command('dask'))} worker ", 1)
             procs.append(Proc.start(f"dask-worker-{i}", ["sh", "-c", f"exec env {command} --host 127.0.0.1"], logs))
-        result = run_file(spec, scheduler=address, echo=quiet, write_outputs=False, wait_for_workers=30)
+        for proc in procs[1:]:  # (dask worker says so in its log)
+            proc.wait_for(lambda p: "Registered to:" in p.stderr(), "registration with the scheduler")
+        result = run_file(spec, scheduler=address, echo=quiet, write_outputs=False)
         np.testing.assert_array_equal(result.values["b"], np.full(2, 3.0))
         assert result.report["ops"][1]["worker"] == "/job:worker/replica:0/task:0/device:GPU:0"
         assert result.report["devices"][1]["backend"] == "simulated"
