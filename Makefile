@@ -18,7 +18,7 @@ TOOLS_LOCK := requirements/tools.lock
 DEV_LOCK := requirements/dev.lock
 BENCH_LOCK := requirements/bench.lock
 
-.PHONY: run test bench lint wheel-check lock test-lowest test-latest wheelhouse gpu-check screenshots clean
+.PHONY: run test test-busy bench lint wheel-check lock test-lowest test-latest wheelhouse gpu-check screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,16 @@ test: $(STAMP)
 # docs/images/*.png from real runs, in headless Chromium (docs/screenshots.py; Debian: apt-get install chromium)
 screenshots: $(STAMP)
 	$(BIN)/python docs/screenshots.py
+
+# A busy machine is not a fault: the tests marked `faults` (a lost worker or link, stop signals,
+# workers started apart from the run) beside two busy-looping processes, which .ci/beside-hogs
+# starts and stops. Waits in the product and the tests watch progress, not a clock (docs/ci.md).
+# BUSY_TESTS picks other tests: `make test-busy BUSY_TESTS=` runs the whole suite beside them.
+BUSY_TESTS ?= -m faults
+
+test-busy: $(STAMP)
+	$(BIN)/python -m compileall -q orchestrator
+	HOG_PYTHON=$(BIN)/python .ci/beside-hogs 2 $(BIN)/python -m pytest -q -p no:cacheprovider $(BUSY_TESTS)
 
 # mypy --strict on the package (mypy.ini) and the import contracts (.importlinter)
 lint: $(STAMP)

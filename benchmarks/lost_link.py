@@ -2,7 +2,8 @@
 
 The polyfit example runs across the two hosts of :mod:`netns` (scheduler, ps
 task and client on host A, the worker task's GPUs on host B); once its
-training loop has run for a while, host B's end of the veth goes down, as a
+training loop is under way (its live metric file has grown past a first
+window: watched, not timed), host B's end of the veth goes down, as a
 pulled cable or a dead switch port would: nothing crosses any more and, unlike
 a stopped process, nobody closes a connection (no FIN, no RST). What is
 wanted: ``orchestrate run`` exits by itself within 10 s with a one-line error
@@ -30,8 +31,8 @@ from netns import Cluster, Hosts, child_env, command
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POLYFIT = os.path.join(ROOT, "examples", "polyfit.yaml")
 TWO_HOSTS = {("ps", 0): 0, ("worker", 0): 1}  # the ps task with the scheduler; the GPUs across the link
+LIVE_METRICS = os.path.join("results", ".polyfit_loss.csv.running")  # the loop's rows so far, a window at a time
 GOAL_SECONDS = 10.0
-LOOP_BEFORE_CUT = 1.5  # seconds of loop before the link goes down
 
 
 def _removed_workers(scheduler_log: str, down_wall: float) -> dict[str, float]:
@@ -45,14 +46,33 @@ def _removed_workers(scheduler_log: str, down_wall: float) -> dict[str, float]:
     return out
 
 
-def _wait_for_loop(client: subprocess.Popen[bytes], out_path: str, timeout: float) -> None:
-    """Until the run is under way (its first line printed), then ``LOOP_BEFORE_CUT`` more seconds."""
-    deadline = time.monotonic() + timeout
-    while "running '" not in _read(out_path):
+def _wait_for_loop(client: subprocess.Popen[bytes], out_path: str, live: str, cap: float) -> tuple[int, float]:
+    """Until the loop is under way across the link: its live metric file (``live``) has the rows of a
+    first window and then grew (a later window's values crossed the link, and the next are in flight).
+    Watched, not timed: on a loaded machine the run may take many seconds between its first line and its
+    loop, and a link cut then is not cut mid-loop. Gives up only when the client exits or after ``cap``
+    seconds. (rows seen, seconds from the first rows to the growth)."""
+    deadline = time.monotonic() + cap
+    first: tuple[int, float] | None = None
+    while True:
+        rows = _rows(live)
+        if first is None and rows:
+            first = (rows, time.monotonic())
+        elif first is not None and rows > first[0]:
+            return rows, time.monotonic() - first[1]
         if client.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the run did not start:\n{_read(out_path)[-3000:]}")
+            state = f"exited {client.returncode}" if client.poll() is not None else f"alive after {cap:g} s"
+            raise RuntimeError(f"the loop did not get under way ({state}; {rows} rows in {live}):\n"
+                               f"{_read(out_path)[-3000:]}")
         time.sleep(0.05)
-    time.sleep(LOOP_BEFORE_CUT)
+
+
+def _rows(path: str) -> int:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().count(b"\n")
+    except OSError:
+        return 0
 
 
 def _read(path: str) -> str:
@@ -72,7 +92,7 @@ def lose_link_mid_run(hosts: Hosts, limit: float = 60.0, steps: int = 200_000) -
                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env(),
                                       start_new_session=True)
         try:
-            _wait_for_loop(client, out_path, timeout=120.0)
+            rows, looped = _wait_for_loop(client, out_path, os.path.join(logs, "out", LIVE_METRICS), cap=120.0)
             hosts.link_down(1)
             down, down_wall = time.monotonic(), time.time()
             try:
@@ -95,7 +115,8 @@ def lose_link_mid_run(hosts: Hosts, limit: float = 60.0, steps: int = 200_000) -
         "traceback": "Traceback" in text, "client_left_running": alive_after,
         "scheduler_removed_workers_after_s": _removed_workers(scheduler_log, down_wall),
         "within_goal": code is not None and code != 0 and seconds <= GOAL_SECONDS and "Traceback" not in text,
-        "goal_s": GOAL_SECONDS, "loop_before_cut_s": LOOP_BEFORE_CUT, "logs": logs,
+        "goal_s": GOAL_SECONDS, "metric_rows_before_cut": rows, "loop_before_cut_s": round(looped, 2),
+        "logs": logs,
     }
     return result
 

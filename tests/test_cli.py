@@ -46,6 +46,7 @@ def _stop_while_writing(tmp_path: Path, sig: int) -> tuple[int, str, Path]:
 
 
 @pytest.mark.cluster
+@pytest.mark.faults
 @pytest.mark.parametrize("sig, code, word", [(15, 143, "terminated"), (2, 130, "interrupted")])
 def test_a_stop_signal_while_writing_leaves_no_temporary_file(tmp_path: Path, sig: int, code: int, word: str) -> None:
     """SIGTERM (timeout, Slurm, Kubernetes) and Ctrl-C in the middle of writing an output: the old file
@@ -59,6 +60,7 @@ def test_a_stop_signal_while_writing_leaves_no_temporary_file(tmp_path: Path, si
 
 
 @pytest.mark.cluster
+@pytest.mark.faults
 def test_ctrl_c_during_a_running_call_exits_without_a_traceback(tmp_path: Path) -> None:
     (tmp_path / "sleepy.py").write_text(
         "import time\n"

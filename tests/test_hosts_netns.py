@@ -25,7 +25,7 @@ from lost_link import POLYFIT, TWO_HOSTS, lose_link_mid_run  # noqa: E402
 from netns import ADDRESSES, Cluster, Hosts, run_client, unavailable  # noqa: E402
 
 WHY_NOT = unavailable()
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.faults]
 needs_namespaces = pytest.mark.skipif(WHY_NOT is not None, reason=f"two network namespaces: {WHY_NOT}")
 
 

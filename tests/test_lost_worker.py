@@ -30,8 +30,9 @@ from typing import Iterator
 
 import numpy as np
 import pytest
+from waiting import gone
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.faults]
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 WITHIN = 30.0  # seconds from the kill to the run's end: generous (the goal, 10 s, is the benchmark's)
@@ -194,14 +195,11 @@ class LiveRun:
             reader.join(timeout=10)
         return code, took
 
-    def left(self, within: float = 10.0) -> list[str]:
-        """The processes of the run's group still there (its workers, its fork server) after ``within``."""
-        deadline = time.monotonic() + within
-        while True:
-            left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and _pgid(p) == self.proc.pid]
-            if not left or time.monotonic() > deadline:
-                return left
-            time.sleep(0.1)
+    def left(self) -> list[int]:
+        """The processes of the run's group (its workers, its fork server) still there once they stop going
+        away (:func:`waiting.gone`)."""
+        return gone(lambda: [int(p.name) for p in Path("/proc").iterdir()
+                             if p.name.isdigit() and _pgid(p) == self.proc.pid])
 
 
 def worker_pid(dashboard: str, device: str) -> int:

@@ -81,6 +81,7 @@ def test_each_copys_loop_has_its_own_line_with_its_steps(tmp_path: Path) -> None
     assert "placement summary:" in last
 
 
+@pytest.mark.faults
 def test_ctrl_c_with_the_display_live_prints_one_line(tmp_path: Path) -> None:
     (tmp_path / "spec.yaml").write_text(spec_text("").replace("steps: 40", "steps: 100000"), encoding="utf-8")
     code, raw, err = on_a_terminal([str(BIN / "orchestrate"), "run", "spec.yaml", "--no-cache"], tmp_path,

@@ -193,6 +193,7 @@ def test_missing_device_fails_fast(tmp_path: Path) -> None:
         cluster.close()
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("granularity", ["partition", "op"])
 def test_killed_worker_is_retried(tmp_path: Path, granularity: str) -> None:
     """With retries: 1, a worker killed in the middle of a task (at partition granularity, the

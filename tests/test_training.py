@@ -475,6 +475,7 @@ def _group_left(pgid: int, within: float) -> list[str]:
         time.sleep(0.1)
 
 
+@pytest.mark.faults
 def test_sigterm_midway_then_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
     spec = checkpointed(tmp_path, epochs=20, nap=0.02)  # 80 steps of 20 ms: SIGTERM lands midway
     proc = subprocess.Popen([str(BIN / "orchestrate"), "run", str(spec), "--no-progress",
@@ -510,6 +511,7 @@ def test_sigterm_midway_then_resume_equals_an_uninterrupted_run(tmp_path: Path) 
     assert loop["stopped_at_step"] == len(read_csv(tmp_path / "whole" / "loss.csv"))
 
 
+@pytest.mark.faults
 def test_a_worker_killed_mid_loop_fails_the_run_and_resume_finishes_it(tmp_path: Path) -> None:
     spec = checkpointed(tmp_path, epochs=15, nap=0.01, at=45)  # 60 steps; the 45th step's worker dies
     with pytest.raises(RunError):

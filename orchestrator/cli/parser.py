@@ -122,7 +122,8 @@ def _add_run(sub: Any, handlers: Handlers) -> None:
                         "checks; not with --scheduler or --keep-alive)")
     p.add_argument("--gpu-backend", choices=gpu_backend_names(), help="override cluster.gpu_backend")
     p.add_argument("--wait-for-workers", type=float, default=30.0, metavar="SECONDS",
-                   help="how long to wait for the devices of a remote cluster (default 30)")
+                   help="how long to wait for the devices of a remote cluster without a sign of them coming up "
+                        "(a device joining, a worker starting; default 30, ten times that at most)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar (default: on a terminal)")
     p.add_argument("--granularity", choices=GRANULARITIES, default="partition",
@@ -165,7 +166,8 @@ def _add_worker(sub: Any, handlers: Handlers) -> None:
     p.add_argument("--host", metavar="HOST",
                    help="address the workers listen on and advertise (default: chosen by Dask)")
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="how long to try to reach the scheduler and start the workers (default 30)")
+                   help="how long to try to reach the scheduler, and how long the workers' start may go "
+                        "without progress (default 30; ten times that at most)")
     p.add_argument("--dask-commands", action="store_true",
                    help="print the equivalent 'dask worker' command of each device and exit "
                         "(for dask-jobqueue, dask-kubernetes, dask-cuda)")

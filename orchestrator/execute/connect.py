@@ -28,6 +28,7 @@ from ..runtime import device_resource, task_resource
 from .cluster import EmbeddedCluster, server_env
 from .processes import start_server
 from .security import refused, scheduler_address, security_for
+from .starting import QUIET, Progress
 
 
 def embedded(plan: Plan, settings: RunSettings) -> bool:
@@ -78,12 +79,16 @@ def wait_for_devices(plan: Plan, settings: RunSettings, client: Any) -> None:
 
     A pinned op needs the worker offering ``device:<name>``; an op on
     ``GPU:*`` needs some worker offering ``GPU`` and its task's resource.
-    Waits up to ``wait_for_workers`` seconds, then fails naming what is
-    missing and the ``orchestrate worker`` commands that would start it.
+    Waits while workers are visibly coming up (:mod:`.starting`): a missing
+    device joined, or the scheduler has a worker process starting (a Nanny
+    registered whose worker has not joined yet). ``wait_for_workers``
+    seconds without either, or ten times that in all, and it fails naming
+    what is missing and the ``orchestrate worker`` commands that would
+    start it. A worker that has not reached the scheduler yet shows nothing.
     """
     pinned = {p.device_name for p in plan.placements if p.device.device_index != "*"}
     anywhere = {p.device.task_spec() for p in plan.placements if p.device.device_index == "*"}
-    deadline = time.monotonic() + settings.wait_for_workers
+    progress = Progress(settings.wait_for_workers)
     while True:
         workers = client.scheduler_info(n_workers=-1)["workers"]
         by_resource: dict[str, list[Mapping[str, Any]]] = {}
@@ -95,20 +100,43 @@ def wait_for_devices(plan: Plan, settings: RunSettings, client: Any) -> None:
                           if not any("GPU" in w.get("resources", {}) for w in by_resource.get(task_resource(t), ())))
         if not missing:
             break
-        if time.monotonic() > deadline:
-            tasks = sorted({(s.job, s.task) for s in (DeviceSpec.parse(m.replace("GPU:*", "GPU:0"))
-                                                      for m in missing)}, key=str)
-            address = settings.scheduler or plan.spec.cluster.scheduler
-            commands = "; ".join(f"orchestrate worker {plan.spec.file} --job {job} --task {task} "
-                                 f"--scheduler {address}" for job, task in tasks)
-            raise NoWorkerError(f"no worker offers {len(missing)} device(s) the plan uses: {', '.join(missing)} "
-                                f"(waited {settings.wait_for_workers:g} s; start them with: {commands})")
+        if _starting_workers(client):
+            progress.seen()
+        progress.saw(-len(missing))
+        why = progress.verdict()
+        if why:
+            waited = (f"waited {progress.quiet:g} s without a worker coming up" if why == QUIET else
+                      f"waited {progress.cap:g} s in all while workers kept starting")
+            raise NoWorkerError(_missing_message(plan, settings, missing, waited))
         time.sleep(0.1)
     misnamed = sorted({f"{w.get('name')} at {w.get('address', '?')} offers {d}" for d in pinned
                        for w in by_resource[device_resource(d)] if str(w.get("name")) != d})
     if misnamed:
         raise NoWorkerError("workers must be named by the device they stand for (dask worker --name): "
                             + "; ".join(misnamed))
+
+
+def _starting_workers(client: Any) -> int:
+    """How many worker processes the scheduler sees starting: Dask keeps a Nanny that registered in the
+    scheduler's ``_starting_nannies`` until its worker joins or fails, and forgets it at once if the Nanny
+    dies. 0 where that cannot be read (a Dask without it, a scheduler that runs no functions of clients):
+    the wait is then for joining devices alone. The function travels by value (a lambda): the scheduler
+    need not have this package installed."""
+    try:
+        return int(client.run_on_scheduler(lambda dask_scheduler: len(getattr(dask_scheduler,
+                                                                             "_starting_nannies", ()))))
+    except Exception:  # anything the scheduler says instead of a count is no sign of progress
+        return 0
+
+
+def _missing_message(plan: Plan, settings: RunSettings, missing: list[str], why: str) -> str:
+    tasks = sorted({(s.job, s.task) for s in (DeviceSpec.parse(m.replace("GPU:*", "GPU:0")) for m in missing)},
+                   key=str)
+    address = settings.scheduler or plan.spec.cluster.scheduler
+    commands = "; ".join(f"orchestrate worker {plan.spec.file} --job {job} --task {task} "
+                         f"--scheduler {address}" for job, task in tasks)
+    return (f"no worker offers {len(missing)} device(s) the plan uses: {', '.join(missing)} "
+            f"({why}; start them with: {commands})")
 
 
 def choose_backend(plan: Plan, requested: str, visible: Callable[[], int]) -> tuple[str, str]:

@@ -10,11 +10,13 @@ ordinals or GPU/MIG UUIDs, as Slurm exports them.
 
 Lifecycle: reach the scheduler (or fail after ``timeout`` seconds), wait for
 it to forget workers of the same names (a crashed earlier run of this task),
-start the workers and print one line per device, then serve until SIGINT or
-SIGTERM (closing the workers cleanly, exit 0) or until the workers stop on
-their own (the scheduler closed them or went away: exit 1). The worker
-processes ignore SIGINT (:func:`dask_setup`, a Dask preload): Ctrl-C reaches
-the whole process group, and the launcher closes them. Nothing here calls
+start the workers (for as long as their processes show progress,
+:mod:`.starting`: a busy machine's slow start is not a stuck one) and print
+one line per device, then serve until SIGINT or SIGTERM (closing the workers
+cleanly, exit 0) or until the workers stop on their own (the scheduler
+closed them or went away: exit 1). The worker processes ignore SIGINT
+(:func:`dask_setup`, a Dask preload): Ctrl-C reaches the whole process
+group, and the launcher closes them. Nothing here calls
 ``sys.exit``; :func:`serve_task` returns the exit code.
 
 :func:`dask_worker_commands` prints the equivalent ``dask worker`` command of
@@ -28,6 +30,7 @@ import asyncio
 import contextlib
 import difflib
 import logging
+import os
 import shlex
 import signal
 import time
@@ -40,9 +43,11 @@ from ..spec.records import Cluster, Device
 from ..runtime import worker_resources
 from .cluster import worker_env, worker_options
 from .security import refused
+from .starting import CAPPED, QUIET, Progress, cpu_seconds, descendants
 
 Echo = Callable[[str], None]
 EXIT_OK, EXIT_FAILED = 0, 1
+POLL_SECONDS = 0.5  # how often a start's progress is read
 
 
 @dataclass(frozen=True)
@@ -249,30 +254,58 @@ async def _check_scheduler(selected: TaskWorkers, scheduler: str, connection_arg
 
 async def _start(selected: TaskWorkers, scheduler: str, host: str | None, security: Any, timeout: float,
                  log_level: int, stop: asyncio.Event) -> tuple[list[Any], str]:
-    """Start one Nanny per device; (nannies, problem). Returns early, all closed, if ``stop`` is set."""
+    """Start one Nanny per device; (nannies, problem). Returns early, all closed, if ``stop`` is set.
+
+    Waits while the start shows progress (:mod:`.starting`): the worker processes use CPU (they import
+    and connect, however slowly a busy machine lets them) or another one is up. ``timeout`` seconds
+    without either is a stuck start; :data:`~.starting.QUIET_FACTOR` times that in all is the most any
+    start gets. Dask's own limit for a Nanny's start is that cap, so that ours decides.
+    """
     from distributed import Nanny
 
-    window = timeout + 30  # starting worker processes on a loaded machine takes a while
+    progress = Progress(timeout)
     options = device_options(selected, host, security)
-    nannies = [Nanny(scheduler, death_timeout=window, **{**opts, "silence_logs": log_level})
+    nannies = [Nanny(scheduler, death_timeout=progress.cap, **{**opts, "silence_logs": log_level})
                for opts in options.values()]
     started = asyncio.ensure_future(asyncio.gather(*nannies))
     waiter = asyncio.ensure_future(stop.wait())
     try:
-        done, _ = await asyncio.wait([started, waiter], timeout=window, return_when=asyncio.FIRST_COMPLETED)
-        if started in done:
-            started.result()
-        elif waiter not in done:
-            raise TimeoutError(f"the workers did not start within {window:g} s")
+        while True:
+            done, _ = await asyncio.wait([started, waiter], timeout=POLL_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+            if started in done:
+                started.result()
+            if done:
+                break
+            why = await _start_verdict(progress, nannies)
+            if why:
+                raise TimeoutError(f"the workers did not start: {why}")
     except Exception as exc:  # whatever kept a worker from starting: report it, stop the others
         await _cancel(started)
+        processes = _worker_processes(nannies)  # the nannies forget them as they close
         await _close(nannies, "start-failed")
+        await _reap(processes)
         return nannies, f"{type(exc).__name__}: {exc} (run with --debug to see Dask's log)"
     finally:
         await _cancel(waiter)
     if not started.done():
         await _cancel(started)
     return nannies, ""
+
+
+async def _start_verdict(progress: Progress, nannies: Sequence[Any]) -> str:
+    """Why to give up on the start now ("" to wait on): the mark is the CPU seconds of this process's
+    children (the worker processes and what they start) and the nannies up."""
+    cpu = await asyncio.get_running_loop().run_in_executor(None, lambda: cpu_seconds(descendants(os.getpid())))
+    if cpu is None:  # no /proc: only the cap can tell a slow start from a stuck one
+        progress.seen()
+    else:
+        progress.saw(cpu + sum(str(getattr(n, "status", "")).endswith("running") for n in nannies))
+    verdict = progress.verdict()
+    if verdict == QUIET:
+        return f"their processes made no progress (used no CPU) for {progress.quiet:g} s"
+    if verdict == CAPPED:
+        return f"still starting after {progress.cap:g} s"
+    return ""
 
 
 async def _scheduler_workers(scheduler: str, connection_args: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -294,6 +327,22 @@ async def _cancel(future: asyncio.Future[Any]) -> None:
 async def _close(nannies: Sequence[Any], reason: str) -> None:
     with contextlib.suppress(Exception):
         await asyncio.gather(*(n.close(timeout=10, reason=reason) for n in nannies), return_exceptions=True)
+
+
+def _worker_processes(nannies: Sequence[Any]) -> list[Any]:
+    """The worker processes (Dask's ``AsyncProcess``) the nannies have started so far."""
+    found = [getattr(getattr(nanny, "process", None), "process", None) for nanny in nannies]
+    return [process for process in found if process is not None]
+
+
+async def _reap(processes: Sequence[Any]) -> None:
+    """Kill the worker processes a failed start leaves: one stuck in its start hears no stop from its
+    nanny, and Dask would reap it as this process exits, with a log line after our one-line error."""
+    for process in processes:
+        with contextlib.suppress(Exception):
+            if process.is_alive():
+                process.kill()
+                await process.join(10)
 
 
 @contextlib.contextmanager
