@@ -58,12 +58,36 @@ def dask_status(browser: Chromium, where: Path) -> Path:
         page = browser.open(run.dashboard, 1400, 900)
         bokeh_drawn(page, lambda d: any(p.title == "Task Stream" for p in d.plots), "the task stream")
         run.release()
-        windows = {"loop@localhost/0/GPU:0", "loop@localhost/0/GPU:1"}
+        windows = {"loop·GPU:0", "loop·GPU:1"}
         bokeh_drawn(page, lambda d: windows <= d.plot("Task Stream").strings, "the loop's windows")
         return page.screenshot(IMAGES / "dask-status.png")
 
 
-SHOTS: dict[str, Callable[[Chromium, Path], Path]] = {"report": report, "dask-status": dask_status}
+def run_page(example: str, until: str, what: str) -> Callable[[Chromium, Path], Path]:
+    """Our page (/orchestrator/) of a live run of ``examples/EXAMPLE.yaml``, once ``until`` holds on it."""
+    def shot(browser: Chromium, where: Path) -> Path:
+        import shutil
+
+        for helper in [*(ROOT / "examples").glob("*_fns.py"), ROOT / "examples" / "data"]:
+            (shutil.copytree if helper.is_dir() else shutil.copy)(helper, where / helper.name)
+        text = (ROOT / "examples" / f"{example}.yaml").read_text(encoding="utf-8")
+        with GatedRun(where, spec=text) as run:  # (no gate in it: the run goes at once, and is kept alive)
+            page = browser.open(run.url("/orchestrator/"), 1400, 900)
+            page.wait_for(until, what)
+            page.wait_for("document.body.innerText.split('\\n')[0].includes('finished')", "the run to finish")
+            return page.screenshot(IMAGES / f"page-{example}.png", full_page=True)
+    return shot
+
+
+TRAIN_ENDED = ("(() => { const f = document.querySelector('[data-loop=\"fit\"]');"
+               " return !!f && ['done', 'stopped'].includes(f.dataset.state); })()")
+SEARCH_ENDED = ("[...document.querySelectorAll('[data-copy]')].length === 16 && [...document.querySelectorAll("
+                "'[data-copy]')].every(r => ['done', 'stopped', 'failed'].includes(r.dataset.state))")
+SHOTS: dict[str, Callable[[Chromium, Path], Path]] = {
+    "report": report, "dask-status": dask_status,
+    "page-train": run_page("train", TRAIN_ENDED, "the loop 'fit' to end"),
+    "page-search": run_page("search", SEARCH_ENDED, "every copy of the sweep to end"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,7 @@ from typing import Iterator
 
 import pytest
 
-from browser import NO_CHROMIUM, BrowserError, Chromium, Drawn, GatedRun, bokeh_drawn, find_chromium
+from browser import NO_CHROMIUM, BrowserError, Chromium, Drawn, GatedRun, Page, bokeh_drawn, find_chromium
 from orchestrator import run_file
 from orchestrator.cli import run_cli
 from orchestrator.report.html import short_device
@@ -153,7 +153,7 @@ def test_dasks_status_page_of_a_live_run_shows_our_task_names(chromium: Chromium
         bokeh_drawn(page, lambda d: any(p.title == "Task Stream" for p in d.plots), "the task stream")
         run.release()  # the page is watching: let the run go on
         # the ops after the gate, a partition of their own each, and the loop's windows: a task per device
-        names = ["gate", "b", "c", "d", "loop@localhost/0/GPU:0", "loop@localhost/0/GPU:1"]
+        names = ["gate", "b", "c", "d", "loop·GPU:0", "loop·GPU:1"]
 
         def streamed(drawn: Drawn) -> bool:
             return set(names) <= drawn.plot("Task Stream").strings
@@ -163,3 +163,49 @@ def test_dasks_status_page_of_a_live_run_shows_our_task_names(chromium: Chromium
         # (its Progress bars are gone by now: Dask clears a group's bar once its tasks are done)
     assert run.stop() == 0, run.said
     assert (tmp_path / "w.npy").is_file()  # the run went through its gate to the end
+
+
+ENDED = ("done", "stopped", "failed")
+
+
+def _states(page: Page, selector: str, attribute: str) -> dict[str, str]:
+    return dict(page.evaluate(f"[...document.querySelectorAll('{selector}')]"
+                              f".map(e => [e.getAttribute('{attribute}'), e.dataset.state])"))
+
+
+@pytest.mark.cluster
+def test_the_run_page_draws_every_device_loop_metric_and_copy_during_the_run(chromium: Chromium,
+                                                                              tmp_path: Path) -> None:
+    """Our own page (/orchestrator/) of a live run, loaded while the run waits at its gate: every device's row
+    at once; once the gate opens, the loop's step, its metric and evaluation curves, each copy of the sweep
+    and its end (one diverges and fails), drawn by the page's script in a real browser."""
+    from test_dashboard_page import FNS, SPEC
+
+    (tmp_path / "page_fns.py").write_text(FNS, encoding="utf-8")
+    gated = SPEC.replace("      - {name: w0, op: zeros, shape: [3]}\n",
+                         "      - {name: w00, op: zeros, shape: [3]}\n"
+                         "      - {name: w0, op: call, fn: 'gate_fns:wait', inputs: [w00], output: {shape: [3]}}\n")
+    assert gated != SPEC
+    with GatedRun(tmp_path, spec=gated) as run:
+        page = chromium.open(run.url("/orchestrator/"), 1400, 1000)
+        page.wait_for("document.querySelectorAll('[data-device]').length === 3", "a row per device")
+        devices = page.evaluate("[...document.querySelectorAll('[data-device]')].map(e => e.dataset.device)")
+        assert sorted(devices) == [f"/job:localhost/replica:0/task:0/device:{d}" for d in ("CPU:0", "GPU:0", "GPU:1")]
+        assert _states(page, "[data-loop]", "data-loop")["fit"] in ("waiting", "running")  # held at the gate
+        run.release()
+        page.wait_for("(() => { const f = document.querySelector('[data-loop=\"fit\"]');"
+                      " return !!f && ['done', 'stopped'].includes(f.dataset.state); })()", "the loop 'fit' to end")
+        page.wait_for("[...document.querySelectorAll('[data-copy]')].length === 4 && [...document.querySelectorAll("
+                      "'[data-copy]')].every(r => ['done', 'stopped', 'failed'].includes(r.dataset.state))",
+                      "every copy of the sweep to end")
+        curves = dict(page.evaluate("[...document.querySelectorAll('[data-loop=\"fit\"] [data-metric]')]"
+                                    ".map(s => [s.dataset.metric, +s.dataset.points])"))
+        assert curves.keys() == {"loss", "val"} and curves["loss"] >= 10 and curves["val"] >= 2, curves
+        drawn = page.evaluate("[...document.querySelectorAll('[data-loop=\"fit\"] [data-metric] polyline, "
+                              "[data-loop=\"fit\"] [data-metric] path')].length")
+        assert drawn >= 2, "the metric charts hold no line"
+        copies = _states(page, "[data-copy]", "data-copy")
+        assert set(copies) == {"0", "1", "2", "3"} and copies["3"] == "failed", copies  # lr 0.2 diverges
+        assert set(copies.values()) <= set(ENDED)
+        assert page.errors() == []
+    assert run.stop() == 0, run.said

@@ -100,6 +100,14 @@ class LiveFeed:
         self.send({"run": self.run, "loops": self.pending, "decisions": self.decisions, **extra})
         self.pending, self.decisions, self.last = {}, [], now
 
+    def copies_ended(self, sweeps: Mapping[str, Any]) -> None:
+        """Each copy's end as the run report has it (``sweeps``: its ``sweeps`` part): what the page shows of the
+        copies that run no loop, whose ops it is not told of one by one."""
+        copies = {name: {str(c["index"]): c["status"] for c in sweep.get("copies", ())}
+                  for name, sweep in sweeps.items()}
+        if copies:
+            self.flush(force=True, copies=copies)
+
     @contextlib.contextmanager
     def ending(self) -> Iterator[None]:
         """Around the run: its end (``finished``, or ``failed`` and the error's first line) goes with the last news."""

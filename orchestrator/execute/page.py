@@ -86,7 +86,7 @@ class PagePlugin(SchedulerPlugin):
             state = self.runs[run] = {"run": run, "status": "running", "loops": {}, "decisions": []}
             for old in list(self.runs)[:-MAX_RUNS]:
                 del self.runs[old]
-        state.update({k: message[k] for k in ("plan", "status", "started", "ended", "error") if k in message})
+        state.update({k: message[k] for k in ("plan", "status", "started", "ended", "error", "copies") if k in message})
         for name, news in (message.get("loops") or {}).items():
             loop = state["loops"].setdefault(name, {"series": {}, "evaluations": {}})
             for part in ("series", "evaluations"):

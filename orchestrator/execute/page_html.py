@@ -110,7 +110,11 @@ function loopSection(spec, got) {
   box.append(charts);
   return box;
 }
-function copyState(copy, loops) {
+function copyState(copy, loops, ended) {
+  // a copy's end as the run report has it (sent when the run ends): the only word on a copy that runs no loop
+  const end = ended && ended[copy.index];
+  if (end) return {finished: "done", reused: "done"}[end] || end;
+  if (!copy.loops.length) return "waiting";
   const states = copy.loops.map(name => (loops[name] || {}).state || ((loops[name] || {}).step ? "running" : "waiting"));
   for (const w of ["failed", "stopped", "running"]) { const s = states.find(x => word(x) === w); if (s) return s; }
   if (states.length && states.every(s => s === "done")) return "done";
@@ -128,7 +132,7 @@ function sweepSection(sweep, run) {
   const rows = el("tbody", {});
   const copies = [...sweep.copies].sort((a, b) => String(a.device).localeCompare(String(b.device)) || (a.wave - b.wave) || (a.index - b.index));
   for (const copy of copies) {
-    const state = copyState(copy, loops), [metric, value] = copyMetric(copy, sweep, loops);
+    const state = copyState(copy, loops, (run.copies || {})[sweep.name]), [metric, value] = copyMetric(copy, sweep, loops);
     counts[word(state)] = (counts[word(state)] || 0) + 1;
     const step = Math.max(0, ...copy.loops.map(n => (loops[n] || {}).step || 0));
     rows.append(el("tr", {"data-copy": copy.index, "data-state": word(state)}, el("td", {class: "n"}, copy.index),

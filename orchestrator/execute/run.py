@@ -177,7 +177,10 @@ class Runner:
         """The run; when it fails, the tasks still waiting for a value another device will now never send wake."""
         try:
             with self.feed.ending() if self.feed is not None else contextlib.nullcontext():  # (the page hears)
-                return self._run_on(client, link)
+                result = self._run_on(client, link)
+                if self.feed is not None:
+                    self.feed.copies_ended(result.report.get("sweeps") or {})
+                return result
         except OrchestratorError as exc:
             if client.status == "running":  # (a lost scheduler: nobody to tell, and the line must come at once)
                 self.abort(exc)
@@ -191,8 +194,7 @@ class Runner:
         return f"this run: {page_link(link)}" if self.feed is not None else why
 
     def no_workers_timeout(self, retries: int) -> float:
-        """Missing devices are caught before submission (wait_for_devices); this timeout is for a worker lost
-        mid-run. With retries (or a sweep's copies run again after a loss), its nanny brings it back meanwhile."""
+        """For a worker lost mid-run (missing ones are caught before submission); with retries, its nanny's time."""
         again = retries or any(s.allow_failures for s in self.spec.sweeps)
         return max(self.spec.run.no_workers_timeout, 60.0) if again else self.spec.run.no_workers_timeout
 
@@ -266,8 +268,7 @@ class Runner:
 
     def finish(self, report: RunReport, values: dict[str, Any], on_workers: OnWorkers,
                link: str | None) -> RunResult:
-        """After a run: its outputs and the files its ops saved into place together (none where its sweep
-        copies failed), then the report file."""
+        """After a run: its outputs and its ops' saved files into place together, then the report file."""
         report, tables = with_sweeps(self.plan, report, values, self.loop_outcomes, self.search_outcomes)
         written = commit_run(self.spec, values, self.output_dir, self.echo, tables, on_workers, self.token,
                              self.settings.write_outputs, fatal_sweeps(report))
@@ -331,8 +332,7 @@ class Runner:
         tell_workers(self.client, abort_loop, run=self.token, loop_index=loop, why=why)
 
     def wait_for(self, futures: Sequence[Any]) -> None:
-        """Wait for futures whose values nobody fetches; raise the first error as it happens, naming its op
-        (``execute.waiting``: the first error, not the first future's, and awake to lost workers)."""
+        """Wait for futures nobody fetches; the first error as it happens, naming its op (execute.waiting)."""
         # No abort: a copy's failed loop is one failed copy (execute.halving wakes its loop's tasks alone)
         assert self.waiter is not None
         try:
