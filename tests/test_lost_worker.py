@@ -261,7 +261,7 @@ def test_a_worker_killed_while_the_client_reads_the_window_before_ends_the_run(t
     code, took = run.finish(killed)
     line = assert_one_line_error(run, code, took, GPU0)
     assert f"(process {pid}) while running steps 50-99 of loop 'train' (train/towers/0/g);" in line, line
-    assert "set retries: N" in line
+    assert "set run.on_device_lost: wait, or retries: N" in line
     assert not (tmp_path / "out" / "w.npy").exists()
 
 
