@@ -152,8 +152,10 @@ def loop_curves(spec: Spec, client_values: Mapping[str, Any]) -> dict[str, dict[
         evaluated = [name for name, _ in loop.evaluation.metrics] if loop.evaluation else []
         curves = []
         for name in [name for name, _ in loop.metrics] + evaluated:
-            values = client_values.get(f"{loop.name}.{name}")
-            rows = np.asarray(values, dtype=float) if values is not None else np.zeros(0)
+            try:  # what the loop gathered; a run that failed mid-loop may have left anything: then no curve
+                rows = np.asarray(client_values.get(f"{loop.name}.{name}", ()), dtype=float)
+            except (TypeError, ValueError):
+                continue
             if name in evaluated and rows.ndim == 2 and rows.shape[1] == 2:
                 points = [(int(s), float(v)) for s, v in rows]
             elif name not in evaluated and rows.ndim == 1:  # a scalar per step (other shapes are not drawn)

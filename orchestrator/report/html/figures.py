@@ -291,9 +291,10 @@ def _limit_marks(fig: Figure, devices: Sequence[DeviceView], high: int) -> list[
         fig.text(x=[high * 8 for _ in unlimited], y=[short_device(d.device) for d in unlimited],
                  text=["no limit" for _ in unlimited], text_baseline="middle", text_font_size="10px",
                  text_color=LIMIT_COLOUR)
-    return [_marks(fig, Marks({"x": [b for _, b in limited], "row": [name for name, _ in limited],
-                               "text_x": [b for _, b in limited], "text": [f"limit {format_bytes(b)}" for _, b in limited]},
-                              "memory limit", "the device's memory limit", LIMIT_COLOUR))] if limited else []
+    marks = Marks({"x": [b for _, b in limited], "row": [name for name, _ in limited],
+                   "text_x": [b for _, b in limited], "text": [f"limit {format_bytes(b)}" for _, b in limited]},
+                  "memory limit", "the device's memory limit", LIMIT_COLOUR)
+    return [_marks(fig, marks)] if limited else []
 
 
 # --------------------------------------------------------------------------- loop steps
@@ -321,7 +322,8 @@ def _step_bars(bars: StepBars) -> Figure:
     from bokeh.models.annotations import Legend
     from bokeh.plotting import figure
 
-    fig = figure(frame_width=FRAME_WIDTH, frame_height=STEP_ROW_PX * len(bars.rows) + 10,
+    entries = len(set(bars.columns["legend"])) + len(bars.marks)  # the legend fits beside the rows
+    fig = figure(frame_width=FRAME_WIDTH, frame_height=max(STEP_ROW_PX * len(bars.rows) + 10, 20 * entries + 24),
                  y_range=FactorRange(factors=list(reversed(bars.rows))), x_range=Range1d(start=0, end=bars.end),
                  tools="xpan,xwheel_zoom,reset,save", active_scroll="xwheel_zoom", toolbar_location="above",
                  title=bars.title, x_axis_label=bars.axis)

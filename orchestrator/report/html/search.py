@@ -44,7 +44,8 @@ def copy_bars(sweep: SweepView, origin: float) -> StepBars:
         "right": [b - origin for _, (_, b) in bars],
         "colour": [STATUS_COLOURS.get(c.status, WAVE_COLOURS[c.wave % len(WAVE_COLOURS)]) for c in timed],
         "legend": [f"wave {c.wave}" if c.status not in STATUS_COLOURS else c.status for c in timed],
-        "label": [f"copy {c.index} ({c.values})" for c in timed],
+        "label": [f"copy {c.index} ({c.values})" + (" · selected" if c.index == sweep.selected else "")
+                  for c in timed],
         "what": [f"copy {c.index}: {c.values}" for c in timed],
         "device": [c.device for c in timed],
         "took": [f"wave {c.wave}, {c.status}" + (f" at step {c.stopped_at_step}" if c.stopped_at_step else "")
@@ -58,10 +59,11 @@ def copy_bars(sweep: SweepView, origin: float) -> StepBars:
                    "stopped by the rule", "its sweep's rule stopped it there", name=f"stopped:{sweep.name}")]
     chosen = [c for c in copies if c.index == sweep.selected]
     marks += [Marks({"x": [(c.stop or 0.0) - origin for c in chosen], "row": [_row(c) for c in chosen],
-                     "text_x": [(c.stop or 0.0) - origin for c in chosen], "text": ["selected" for _ in chosen]},
+                     "text_x": [(c.stop or 0.0) - origin for c in chosen], "text": ["" for _ in chosen],
+                     "value": [f"copy {c.index} ({c.values})" for c in chosen]},
                     "selected copy", "the copy the sweep's select chose", "#d55e00", f"selected:{sweep.name}")]
     return StepBars(title=f"Sweep {sweep.name}: each copy from its start to its stop, by device and wave",
-                    axis="seconds since the first op or transfer started", rows=tuple(_row(c) for c in copies),
+                    axis="seconds since the first op, window or transfer started", rows=tuple(_row(c) for c in copies),
                     columns=columns, end=end,
                     tooltips=(("copy", "@what"), ("device", "@device"), ("ran", "@took"), ("when", "@at")),
                     marks=tuple(m for m in marks if m.columns["x"]), name=f"copies:{sweep.name}")

@@ -180,7 +180,7 @@ def split_bars(loop: LoopStepsView, view: RunView) -> StepBars:
         marks.append(_path_marks(loop, [d.device for d in devices]))
     end = max(end, loop.path_seconds * 1e6 * 1.3)
     return StepBars(title=f"Loop {loop.loop}: each device's step, median of each part over "
-                          f"{len(loop.sampled_steps)} sampled steps (parts are medians too: they need not add up)",
+                          f"{len(loop.sampled_steps)} sampled steps (so they need not add up)",
                     axis="µs of a step", rows=tuple(rows), columns=columns, end=end,
                     tooltips=(("device", "@device"), ("part", "@what"), ("median", "@took"), ("share", "@share")),
                     marks=tuple(marks), name=f"split:{loop.loop}")
