@@ -30,6 +30,7 @@ import pytest
 
 from browser import NO_CHROMIUM, BrowserError, Chromium, Drawn, GatedRun, Page, bokeh_drawn, find_chromium
 from orchestrator import run_file
+from orchestrator.api import plan_file
 from orchestrator.cli import run_cli
 from orchestrator.report.html import short_device
 from test_halving import LRS, spec_text
@@ -112,10 +113,17 @@ def test_the_report_of_the_training_example_draws_every_device_loop_and_op(chrom
     for loop in report["loops"]:
         assert f"Loop {loop}:" in " ".join(p.title for p in drawn.plots)  # its step pictures
         assert re.search(rf"\b{loop} : gang", drawn.text)  # the header's line of how it ran
-    ran = [op["name"] for op in report["ops"] if op["start"] is not None]
+    loop_ops = {op.name for op in plan_file(ROOT / "examples" / "train.yaml").spec.ops if op.scope.loop}
+    ran = [op["name"] for op in report["ops"] if op["start"] is not None and op["name"] not in loop_ops]
     assert ran
     for name in ran:
         assert name in timeline.strings  # a labelled bar
+    windows = report["loops"]["fit"]["windows"]
+    assert len(windows) == 3  # the loop's devices: a bar per window on each, steps a-b, across the run
+    for device, spans in windows.items():
+        assert short_device(device) in timeline.strings
+        for _, _, first, last in spans:
+            assert f"{first}–{last}" in timeline.strings, (device, first, last)
     _every_figure_has_ink(drawn)
 
 
@@ -134,10 +142,11 @@ def test_the_report_of_a_halving_sweep_draws_each_copy_and_its_metric_curve(chro
     copies = report["sweeps"]["hp"]["copies"]
     assert len(copies) == len(LRS)
     rows = drawn.plot("Sweep hp: each copy from its start to its stop")
-    curves = drawn.plot("Sweep hp: each copy's loss")
+    curves = drawn.plot("Sweep hp: loss per copy")
     for copy in copies:
         assert f"{short_device(copy['device'])} · copy {copy['index']}" in rows.strings  # its row
-        assert any(s.startswith(f"copy {copy['index']} (") for s in curves.strings)  # its curve, hovered
+        assert f"curve:hp:loss:copy {copy['index']}" in curves.strings  # its line
+        assert any(s.startswith(f"{copy['index']}: lr=") for s in curves.strings)  # its legend entry
     assert "train.loss" in drawn.text and "rung by rung" in drawn.text  # the decisions' table
     for rung in report["sweeps"]["hp"]["rungs"]:
         assert f"step {rung['step']}" in drawn.text

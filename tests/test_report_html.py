@@ -18,14 +18,15 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
 import pytest
 
 from orchestrator import run_file
 from orchestrator.cli import run_cli
 from orchestrator.errors import format_bytes
 from orchestrator.report import loop_step_lines, placement_summary
-from orchestrator.report.html import (HOST_NOT_MEASURED, BadRunReport, op_timing, parse_run_report, run_report_html,
-                                      seconds, short_device)
+from orchestrator.report.html import (HOST_NOT_MEASURED, BadRunReport, micro, op_timing, parse_run_report,
+                                      run_report_html, seconds, short_device)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,6 +94,41 @@ def drawn(page: str) -> set[str]:
     return {s for block in blocks for s in _strings(json.loads(html.unescape(block)))}
 
 
+def renderers(page: str) -> list[tuple[str | None, dict[str, Any]]]:
+    """Every glyph renderer of the page's bokeh documents: its ``name`` and its data source's columns."""
+    objects: dict[str, Any] = {}
+
+    def index(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "object" and "id" in node and "attributes" in node:
+                objects[node["id"]] = node
+            for value in node.values():
+                index(value)
+        elif isinstance(node, list):
+            for value in node:
+                index(value)
+
+    for block in re.findall(r'<script type="application/json"[^>]*>(.*?)</script>', page, re.S):
+        index(json.loads(html.unescape(block)))
+    found = []
+    for obj in objects.values():
+        if obj.get("name") == "GlyphRenderer":
+            source = objects.get(obj["attributes"].get("data_source", {}).get("id"), {})
+            data = source.get("attributes", {}).get("data", {})
+            found.append((obj["attributes"].get("name"), dict(data["entries"]) if data.get("type") == "map" else data))
+    return found
+
+
+def named(page: str) -> dict[str, dict[str, Any]]:
+    """The renderers with a stable name (what a browser test finds): their data source's columns, by name."""
+    return {name: data for name, data in renderers(page) if name}
+
+
+def numbers(value: Any) -> list[float]:
+    """A column bokeh wrote (its NaN as a tagged number)."""
+    return [float("nan") if isinstance(v, dict) else float(v) for v in value]
+
+
 @pytest.mark.cluster
 def test_the_page_of_a_real_run_draws_every_device_op_transfer_and_memory_figure(real_report: Path,
                                                                                  tmp_path: Path) -> None:
@@ -109,10 +145,11 @@ def test_the_page_of_a_real_run_draws_every_device_op_transfer_and_memory_figure
     for device in devices:
         assert html.escape(device) in page  # the devices table
         assert short_device(device) in strings  # a timeline row and a memory group
+    windows = report["loops"]["loop"].get("windows", {})
     for op in report["ops"]:
         assert html.escape(op["name"]) in page
-        if op["start"] is not None:
-            assert op["name"] in strings  # a bar, labelled
+        if op["start"] is not None and not ((op["runs"] or 0) > 1 and op["worker"] in windows):
+            assert op["name"] in strings  # a bar, labelled (a loop op's windows draw its runs)
 
     # a value that crossed devices is an arrow whose hover names it with its bytes and route
     crossing = [t for t in report["transfers"] if t["from"] != t["to"]]
@@ -144,15 +181,16 @@ def test_the_page_of_a_real_run_draws_every_device_op_transfer_and_memory_figure
 
 
 @pytest.mark.cluster
-def test_loop_ops_say_their_time_is_summed_over_their_runs(real_report: Path, tmp_path: Path) -> None:
+def test_loop_ops_are_drawn_by_their_windows_not_summed_at_their_first_run(real_report: Path, tmp_path: Path) -> None:
     report = json.loads(real_report.read_text())
-    strings = drawn(_render(real_report, tmp_path / "run.html"))
+    page = _render(real_report, tmp_path / "run.html")
     looped = [op for op in report["ops"] if (op["runs"] or 0) > 1]
     assert {op["name"] for op in looped} == {"loop/h", "loop/w_next"}
-    for op in looped:
-        hover = [s for s in strings if s.startswith(f"{op['runs']} runs, {seconds(op['duration'])} in all")]
-        assert hover and "first at +" in hover[0] and "not when they ran" in hover[0]
-    assert any(s.startswith("Hatched bars are loop ops") for s in strings)
+    bars = next(data for name, data in renderers(page) if name is None and "runs" in data)
+    assert not set(bars["name"]) & {op["name"] for op in looped}  # no bar of a loop op's summed runs
+    windows = named(page)["windows:loop"]
+    assert sorted(windows["device"]) == sorted(short_device(op["worker"]) for op in looped)
+    assert not any(s.startswith("hatched") for s in drawn(page))
 
 
 @pytest.mark.cluster
@@ -340,3 +378,155 @@ def test_only_report_html_imports_bokeh_and_importing_the_cli_does_not() -> None
     code = "import sys, orchestrator.cli; print(sorted(m for m in sys.modules if m.split('.')[0] == 'bokeh'))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
+
+
+# --------------------------------------------------------------------------- the run over time (issue 28.3)
+
+TRAINED = """\
+version: 1
+name: trained
+cluster: {jobs: {localhost: {gpus: 2, gpu_threads: 4}}}
+graph:
+  - {name: X, op: random.normal, shape: [32, 3], seed: 1, device: /cpu:0}
+  - {name: y, op: random.normal, shape: [32], seed: 2, device: /cpu:0}
+  - {name: Xt, op: transpose, inputs: [X], device: /cpu:0}
+  - {name: w0, op: zeros, shape: [3], device: /gpu:0}
+  - name: train
+    iterate:
+      steps: 20
+      window: 5
+      state: {w: w0}
+      body:
+        - {name: pred, op: matmul, inputs: [X, w], device: /gpu:0}
+        - {name: err, op: sub, inputs: [pred, y], device: /gpu:0}
+        - {name: g0, op: matmul, inputs: [Xt, err], device: /gpu:1}
+        - {name: g, op: mul, inputs: [g0], scalar: 0.01, device: /gpu:1}
+        - {name: w_next, op: sub, inputs: [w, g], device: /gpu:0}
+        - {name: sq, op: mul, inputs: [err, err], device: /gpu:0}
+        - {name: loss, op: mean, inputs: [sq], device: /gpu:0}
+      update: {w: w_next}
+      metrics: {loss: loss}
+      evaluate:
+        every: 10
+        body:
+          - {name: vsq, op: mul, inputs: [w, w], device: /cpu:0}
+          - {name: norm, op: sum, inputs: [vsq], device: /cpu:0}
+        metrics: {norm: norm}
+  - name: hp
+    sweep:
+      grid: {lr: [0.001, 0.01, 0.03, 0.3]}
+      spread: /gpu:*
+      body:
+        - {name: v0, op: zeros, shape: [3]}
+        - name: fit
+          iterate:
+            steps: 12
+            window: 4
+            state: {v: v0}
+            body:
+              - {name: p, op: matmul, inputs: [X, v]}
+              - {name: e, op: sub, inputs: [p, y]}
+              - {name: h0, op: matmul, inputs: [Xt, e]}
+              - {name: h, op: mul, inputs: [h0, lr]}
+              - {name: v_next, op: sub, inputs: [v, h]}
+              - {name: se, op: mul, inputs: [e, e]}
+              - {name: mse, op: mean, inputs: [se]}
+            update: {v: v_next}
+            metrics: {mse: mse}
+        - {name: pv, op: matmul, inputs: [X, fit.v]}
+        - {name: ev, op: sub, inputs: [pv, y]}
+        - {name: sev, op: mul, inputs: [ev, ev]}
+        - {name: final, op: mean, inputs: [sev]}
+      halving: {metric: fit.mse, rungs: [4, 8], keep: 0.5}
+      select: {min: final}
+outputs:
+  train.w: "-"
+  hp.best: "-"
+"""
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    """A real run of a gang loop of 4 windows on two GPUs and a halving sweep of 4 copies, its report and page
+    (through ``orchestrate report --html``)."""
+    where = tmp_path_factory.mktemp("trained")
+    (where / "trained.yaml").write_text(TRAINED)
+    run_file(where / "trained.yaml", output_dir=str(where), report_path=str(where / "run.json"), echo=_quiet)
+    return json.loads((where / "run.json").read_text()), _render(where / "run.json", where / "run.html")
+
+
+@pytest.mark.cluster
+def test_a_loop_is_its_windows_across_the_run_a_bar_per_window_per_device(trained: tuple[dict[str, Any], str]
+                                                                         ) -> None:
+    report, page = trained
+    recorded = report["loops"]["train"]["windows"]
+    assert len(recorded) == 2 and all(len(ran) == 4 for ran in recorded.values())  # 4 windows on each GPU
+    bars = named(page)["windows:train"]
+    assert len(bars["left"]) == 8  # a bar per window per device, not one per loop
+    for device, ran in recorded.items():
+        mine = sorted((left, right, steps) for left, right, steps, on in
+                      zip(bars["left"], bars["right"], bars["steps"], bars["device"]) if on == short_device(device))
+        assert [steps for _, _, steps in mine] == ["1–5", "6–10", "11–15", "16–20"]
+        assert all(a < b <= c for (a, b, _), (c, _, _) in zip(mine, mine[1:]))  # one after another over the run
+        assert [round(b - a, 9) for a, b, _ in mine] == [round(stop - start, 9) for start, stop, _, _ in ran]
+    ops = next(data for name, data in renderers(page) if name is None and "runs" in data)
+    assert not any(name.startswith("train/") and name != "train/eval/vsq" and name != "train/eval/norm"
+                   for name in ops["name"])  # the loop's ops are its windows, not summed bars
+    for loop in ("hp/0/fit", "hp/3/fit"):  # a copy's loop too
+        assert named(page)[f"windows:{loop}"]["steps"][0] == "1–4"
+
+
+@pytest.mark.cluster
+def test_a_line_per_metric_of_a_loop_and_per_copy_of_a_sweep(trained: tuple[dict[str, Any], str]) -> None:
+    report, page = trained
+    lines = named(page)
+    curves = {c["metric"]: c for c in report["loops"]["train"]["curves"]}
+    assert set(curves) == {"loss", "norm"}  # its step metric and its evaluation's
+    assert numbers(lines["curve:train:loss"]["x"]) == list(range(1, 21))
+    np.testing.assert_allclose(numbers(lines["curve:train:loss"]["y"]), curves["loss"]["values"])
+    assert numbers(lines["curve:train:norm"]["x"]) == [10.0, 20.0]
+    copies = report["sweeps"]["hp"]["copies"]
+    for copy in copies:
+        line = lines[f"curve:hp:mse:copy {copy['index']}"]
+        curve = copy["curves"][0]
+        assert numbers(line["x"]) == curve["steps"] == list(range(1, 13))
+        ys, stop = numbers(line["y"]), copy.get("stopped_at_step") or 12  # NaN after the rung it stopped at
+        assert not np.isnan(ys[:stop]).any() and np.isnan(ys[stop:]).all()
+    legend = drawn(page)
+    assert {"0: lr=0.001, stopped", "1: lr=0.01, stopped"} <= legend  # the copies' values, how they ended
+
+
+@pytest.mark.cluster
+def test_the_search_section_shows_copies_rungs_and_the_selected_copy(trained: tuple[dict[str, Any], str]) -> None:
+    report, page = trained
+    sweep = report["sweeps"]["hp"]
+    bars = named(page)["copies:hp"]
+    for copy in sweep["copies"]:
+        row = f"{short_device(copy['device'])} · copy {copy['index']}"
+        assert row in bars["row"]
+        assert any(what == f"copy {copy['index']}: lr={copy['params']['lr']}" for what in bars["what"])
+    assert {c["status"] for c in sweep["copies"]} == {"stopped", "finished"}
+    assert sweep["selected"] == 2  # the last copy left (lr 0.03; lr 0.3 diverges), its index
+    chosen = named(page)["selected:hp"]
+    assert chosen["row"] == [f"{short_device(sweep['copies'][2]['device'])} · copy 2"]
+    assert '<section id="sweep-hp">' in page and "<td>copy 2 (selected)</td>" in page
+    table = page.split('<table class="grid decisions">')[1].split("</table>")[0]
+    assert "<th>step 4</th><th>step 8</th>" in table and table.count("<tr>") == 5
+
+
+@pytest.mark.cluster
+def test_the_step_picture_says_what_its_median_step_and_critical_path_measure(trained: tuple[dict[str, Any], str]
+                                                                              ) -> None:
+    report, page = trained
+    picture = report["loop_steps"]["train"]
+    lines = named(page)
+    step, path = lines["median-step:train"], lines["critical-path:train"]
+    assert len(step["x"]) == len(picture["devices"]) == 2  # each device's median step, the path beside it
+    assert step["value"] == [f"median step {micro(d['step'])}" for d in picture["devices"].values()]
+    assert set(path["value"]) == {f"critical path {micro(picture['critical_path']['seconds'])}"}
+    assert "waits included" in step["why"][0] and "the loop's period" in step["why"][0]
+    assert "walked back from the step's last event" in path["why"][0] and "shorter" in path["why"][0]
+    strings = drawn(page)
+    assert {"median step", "critical path", "hover: what each is"} <= strings  # in the legends
+    segments = lines["path:train"]
+    assert all(means for means in segments["means"])  # each segment's hover says what its kind is

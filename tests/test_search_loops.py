@@ -4,13 +4,11 @@ their planned waves with their real start and stop, and `report --html` draws th
 from __future__ import annotations
 
 import csv
-import html
 import io
 import json
-import re
 import textwrap
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +18,7 @@ from orchestrator.cli import run_cli
 from orchestrator.report.html import short_device
 from orchestrator.runtime.exchange import RECEIVE_TIMEOUT
 from test_halving import LRS, RUNGS, STEPS, numpy_descent, spec_text
-from test_report_html import drawn
+from test_report_html import drawn, named
 
 pytestmark = pytest.mark.cluster
 
@@ -236,24 +234,6 @@ def test_a_failed_copy_loop_on_two_devices_wakes_what_waited_for_it(tmp_path: Pa
 # --------------------------------------------------------------------------- the page
 
 
-def _sources(page: str) -> Iterator[dict[str, Any]]:
-    """Every ColumnDataSource's data in the page's bokeh documents."""
-    for block in re.findall(r'<script type="application/json"[^>]*>(.*?)</script>', page, re.S):
-        yield from _find(json.loads(html.unescape(block)))
-
-
-def _find(node: Any) -> Iterator[dict[str, Any]]:
-    if isinstance(node, dict):
-        if node.get("name") == "ColumnDataSource":
-            data = node["attributes"]["data"]
-            yield dict(data["entries"]) if data.get("type") == "map" else data
-        for value in node.values():
-            yield from _find(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _find(value)
-
-
 def _numbers(value: Any) -> list[float]:
     """A list bokeh wrote (its NaN as a tagged number)."""
     return [float("nan") if isinstance(v, dict) else float(v) for v in value]
@@ -272,13 +252,12 @@ def test_the_page_has_a_search_section(failed_run: Path) -> None:
     assert "stopped at step 5" in strings and "failed" in strings  # the halted copies' ticks, the failed bar
     # each copy's curve of the loss the rule watches, as its loop made it (NaN after a halted copy's rung)
     losses, _ = numpy_descent()
-    curves = next(data for data in _sources(page) if "xs" in data and "ys" in data)
+    curves = {name: data for name, data in named(page).items() if name.startswith("curve:hp:loss:copy ")}
     stopped_at = numpy_halving_without(FAILING, 8)
-    assert len(curves["label"]) == len(LRS)
-    for label, xs, ys in zip(curves["label"], curves["xs"], curves["ys"]):
-        i = int(label.split()[1])
-        values = _numbers(ys)
-        assert _numbers(xs) == list(range(1, len(values) + 1))
+    assert len(curves) == len(LRS)  # a line per copy
+    for i in range(len(LRS)):
+        xs, values = _numbers(curves[f"curve:hp:loss:copy {i}"]["x"]), _numbers(curves[f"curve:hp:loss:copy {i}"]["y"])
+        assert xs == list(range(1, len(values) + 1))
         if i == FAILING:
             continue
         np.testing.assert_allclose(values[:stopped_at[i]], losses[i, :stopped_at[i]], rtol=1e-10)

@@ -315,10 +315,7 @@ def curves(copy: _Copy) -> tuple[Curve, ...]:
 
 
 def _thinned(metric: str, points: Sequence[tuple[int, float]]) -> Curve:
-    if len(points) > MAX_CURVE:
-        keep = sorted({int(round(i)) for i in np.linspace(0, len(points) - 1, MAX_CURVE)})
-        points = [points[i] for i in keep]
-    return Curve(metric, tuple(s for s, _ in points), tuple(None if math.isnan(v) else v for _, v in points))
+    return Curve.of(metric, points)
 
 
 def _said(sweep: str, decision: Decision) -> str:

@@ -37,7 +37,7 @@ from ..ops.training import evaluation_steps
 from ..plan.records import Plan
 from ..spec.records import Op, Spec
 from ..spec.searches import Halving, Median
-from .records import LoopNews, SweepNews
+from .records import LoopNews, RunResult, SweepNews
 
 INTERVAL = 0.5  # seconds: the most often a message goes, bar the ones that go at once
 Send = Callable[[dict[str, Any]], None]
@@ -100,13 +100,14 @@ class LiveFeed:
         self.send({"run": self.run, "loops": self.pending, "decisions": self.decisions, **extra})
         self.pending, self.decisions, self.last = {}, [], now
 
-    def copies_ended(self, sweeps: Mapping[str, Any]) -> None:
-        """Each copy's end as the run report has it (``sweeps``: its ``sweeps`` part): what the page shows of the
-        copies that run no loop, whose ops it is not told of one by one."""
+    def copies_ended(self, result: RunResult) -> RunResult:
+        """Each copy's end as the run's report has it: what the page shows of the copies that run no loop, whose
+        ops it is not told of one by one. The result, as it was."""
         copies = {name: {str(c["index"]): c["status"] for c in sweep.get("copies", ())}
-                  for name, sweep in sweeps.items()}
+                  for name, sweep in (result.report.get("sweeps") or {}).items()}
         if copies:
             self.flush(force=True, copies=copies)
+        return result
 
     @contextlib.contextmanager
     def ending(self) -> Iterator[None]:

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -322,6 +323,14 @@ class Curve:
 
     def as_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "steps": list(self.steps), "values": list(self.values)}
+
+    @classmethod
+    def of(cls, metric: str, points: Sequence[tuple[int, float]]) -> Curve:
+        """The curve of (step, value) ``points``, evenly thinned to ``MAX_CURVE`` (first and last kept)."""
+        if len(points) > MAX_CURVE:
+            keep = sorted({round(i * (len(points) - 1) / (MAX_CURVE - 1)) for i in range(MAX_CURVE)})
+            points = [points[i] for i in keep]
+        return cls(metric, tuple(s for s, _ in points), tuple(None if math.isnan(v) else v for _, v in points))
 
 
 MAX_CURVE = 256

@@ -55,7 +55,7 @@ from .accounting import device_records, op_records, verify
 from .watch import SchedulerWatch, tell_workers, wait_forever
 from .losses import LossWatch, Losses, redo_policy
 from .waiting import Waiter, dask_error
-from .steps import loop_spans, step_pictures
+from .steps import loop_curves, loop_spans, step_pictures
 
 Echo = Callable[[str], None]
 
@@ -84,6 +84,7 @@ class Runner:
         self.loop_modes: dict[str, str] = {}
         self.loop_outcomes: dict[str, LoopOutcome] = {}  # loop -> how it began and ended
         self.search_outcomes: dict[str, SearchOutcome] = {}  # sweep -> its copies' loops: decisions, ends, curves
+        self.loop_curves: dict[str, dict[str, Any]] = {}  # loop -> its metrics' curves, for the report
         self.saves_settled = False  # checkpoints of this run committed (or there is nothing left to discard)
         self.cache: CacheUse | None = None
         self.links = False  # loop windows' values go over direct links between workers (else Dask's comms)
@@ -178,9 +179,7 @@ class Runner:
         try:
             with self.feed.ending() if self.feed is not None else contextlib.nullcontext():  # (the page hears)
                 result = self._run_on(client, link)
-                if self.feed is not None:
-                    self.feed.copies_ended(result.report.get("sweeps") or {})
-                return result
+                return self.feed.copies_ended(result) if self.feed is not None else result
         except OrchestratorError as exc:
             if client.status == "running":  # (a lost scheduler: nobody to tell, and the line must come at once)
                 self.abort(exc)
@@ -253,6 +252,7 @@ class Runner:
                 self.loop_modes = dict(staged.modes)
                 self.loop_outcomes = dict(staged.outcomes)
                 self.search_outcomes = dict(staged.searches)
+                self.loop_curves = loop_curves(self.spec, staged.client_values)
                 if staged.checkpoints is not None:  # those under way are written, also when the run stopped
                     staged.checkpoints.finish()
                 if staged.metric_files is not None:  # the live rows go: the outputs are committed with the others
@@ -384,7 +384,7 @@ class Runner:
                          (self.task_names, self.task_names_why), elapsed, checked,
                          device_records(self.plan, stats), totals, tuple(sorted(restarted)), unverified,
                          granularity=self.settings.granularity,
-                         loops={name: {"mode": mode, **(self.loop_outcomes[name].as_dict() if name in self.loop_outcomes else {}), **loop_spans(drained, name)}
+                         loops={name: {"mode": mode, **(self.loop_outcomes[name].as_dict() if name in self.loop_outcomes else {}), **loop_spans(drained, name, self.loop_curves)}
                                 for name, mode in self.loop_modes.items()},
                          transfers=tuple(sorted(transfers, key=lambda t: t.start)), params=self.spec.params,
                          loop_steps=step_pictures(worker.get("samples", {}) for worker in drained.values()),

@@ -69,8 +69,11 @@ def with_sweeps(plan: Plan, report: RunReport, values: dict[str, Any], outcomes:
         sweeps[search.name] = {"params": list(search.params), "copies": copies,
                                "devices": _devices(packing, copies, seen, spans),
                                "allow_failures": search.allow_failures}
-        if best is not None and search.select is not None and len(search.params) != 1:
-            sweeps[search.name]["selected"] = int(np.asarray(best))
+        if best is not None and search.select is not None:  # the copy's index (a one-number space's best is its value)
+            chosen = list(plan.spec.op_index[f"{search.name}.best"].params.get("values", []))
+            index = int(np.asarray(best)) if len(search.params) != 1 else \
+                next((i for i, v in enumerate(chosen) if v == np.asarray(best).item()), None)
+            sweeps[search.name].update({"selected": index} if index is not None else {})
         sweeps[search.name].update(_rule(search, outcome))
         if search.table is not None and f"{search.name}.table" in values:
             tables[f"{search.name}.table"] = table_text(search, copies, values[f"{search.name}.table"])

@@ -25,6 +25,11 @@ from __future__ import annotations
 import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
+import numpy as np
+
+from ..spec.records import Spec
+from .records import Curve
+
 Event = tuple[str, str, float, float]  # kind, name, start, stop
 
 
@@ -126,7 +131,38 @@ def _picture(timelines: Mapping[tuple[str, int], Mapping[str, Any]]) -> dict[str
                               "segments": paths.get(median_step, []) if median_step is not None else []}}
 
 
-def loop_spans(drained: Mapping[str, Any], loop: str) -> dict[str, list[list[float]]]:
-    """``spans``: when the loop's windows ran, on the workers' clocks (each device's, in time order)."""
+def loop_spans(drained: Mapping[str, Any], loop: str, curves: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """``spans``: when the loop's windows ran, on the workers' clocks (each device's, in time order);
+    ``windows``: by device, each window as [start, stop, first step, last step] (the page's timeline); and the
+    loop's ``curves`` (:func:`loop_curves`)."""
     ran = sorted(span for worker in drained.values() for span in worker.get("spans", {}).get(loop, ()))
-    return {"spans": ran} if ran else {}
+    windows = {str(worker.get("ran_on", "")): sorted(worker["windows"][loop]) for worker in drained.values()
+               if worker.get("windows", {}).get(loop)}
+    return {**({"spans": ran} if ran else {}), **({"windows": dict(sorted(windows.items()))} if windows else {}),
+            **curves.get(loop, {})}
+
+
+def loop_curves(spec: Spec, client_values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``curves`` of each loop outside sweep copies (a copy's are its sweep's): every step metric and evaluation
+    metric as the client gathered it (``LOOP.metric``), as (step, value) points thinned to ``MAX_CURVE``."""
+    out: dict[str, dict[str, Any]] = {}
+    for loop in spec.loops:
+        if loop.scope.copies:
+            continue
+        evaluated = [name for name, _ in loop.evaluation.metrics] if loop.evaluation else []
+        curves = []
+        for name in [name for name, _ in loop.metrics] + evaluated:
+            try:  # what the loop gathered; a run that failed mid-loop may have left anything: then no curve
+                rows = np.asarray(client_values.get(f"{loop.name}.{name}", ()), dtype=float)
+            except (TypeError, ValueError):
+                continue
+            if name in evaluated and rows.ndim == 2 and rows.shape[1] == 2:
+                points = [(int(s), float(v)) for s, v in rows]
+            elif name not in evaluated and rows.ndim == 1:  # a scalar per step (other shapes are not drawn)
+                points = [(i + 1, float(v)) for i, v in enumerate(rows)]
+            else:
+                continue
+            curves.append(Curve.of(name, points).as_dict())
+        if curves:
+            out[loop.name] = {"curves": curves}
+    return out

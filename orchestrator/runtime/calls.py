@@ -100,13 +100,17 @@ def drain_records(dask_worker: Any, run: str) -> dict[str, Any]:
         spans = {loop: ran for (of_run, loop), ran in runtime.spans.items() if of_run == run}
         for spanned in [k for k in runtime.spans if k[0] == run]:
             del runtime.spans[spanned]
+        windows = {loop: ran for (of_run, loop), ran in runtime.windows.items() if of_run == run}
+        for ran in [k for k in runtime.windows if k[0] == run]:
+            del runtime.windows[ran]
     # what Dask itself says it moved into this worker for this run (its transfer log): key, bytes, when, from whom
     received = [(key, int(nbytes), float(entry.get("start", 0.0)), float(entry.get("stop", 0.0)), str(entry.get("who")))
                 for entry in getattr(worker, "transfer_incoming_log", ())
                 for key, nbytes in entry.get("keys", {}).items() if run in str(key)]
     runtime.moved[run] = sum(item[1] for item in received)  # the live page's count, settled as the report's
     return {"ran_on": str(worker.name), "records": mine, "memory": runtime.backend.stats(),
-            "created": runtime.created, "received": received, "samples": samples, "spans": spans}
+            "created": runtime.created, "received": received, "samples": samples, "spans": spans,
+            "windows": windows}
 
 
 MOVED_RUNS = 8

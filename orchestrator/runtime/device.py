@@ -66,6 +66,8 @@ class Runtime:
     # (run, loop) -> when its windows ran here: a span per stretch of windows one after another (a sweep's rule
     # pauses a copy's loop at its decision steps: a span each side)
     spans: dict[tuple[str, str], list[list[float]]] = field(default_factory=dict)
+    # (run, loop) -> each window that ran here: [start, stop, first step, last step] (the report's timeline)
+    windows: dict[tuple[str, str], list[list[float]]] = field(default_factory=dict)
     links: Links = field(init=False)  # streams to the other devices' workers (loop windows)
     # what the run's live page reads at each heartbeat (calls.device_metrics): the op each task thread runs
     # now, and the seconds of op time so far (all threads; the page turns its growth into busy over time)
@@ -98,9 +100,12 @@ class Runtime:
                 entry["bytes"] = nbytes
                 entry["error"] = error or entry["error"]
 
-    def ran_window(self, run: str, loop: str, start: float, stop: float, opens: bool) -> None:
-        """A window of ``loop`` ran here: it extends the loop's last span, or ``opens`` a new one."""
+    def ran_window(self, run: str, loop: str, start: float, stop: float, opens: bool,
+                   steps: tuple[int, int] = (0, 0)) -> None:
+        """A window of ``loop`` (its ``steps``, first and last) ran here: it extends the loop's last span, or
+        ``opens`` a new one."""
         with self.lock:
+            self.windows.setdefault((run, loop), []).append([start, stop, *steps])
             spans = self.spans.setdefault((run, loop), [])
             if spans and not opens:
                 spans[-1][1] = max(spans[-1][1], stop)

@@ -85,7 +85,8 @@ def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
     for step in range(task.start, window.last + 1):
         window.run_step(step)
     window.out.wait()  # the window ends once every value it sent is on its way
-    runtime.ran_window(task.run, task.loop_name, began, time.time(), task.first or task.resumes)
+    runtime.ran_window(task.run, task.loop_name, began, time.time(), task.first or task.resumes,
+                       (task.start + 1, window.last + 1))  # counted from 1, as the metric series
     carried = tuple(window.state[v] for v, rule in enumerate(task.states) if rule.update is not None)
     return carried + tuple(np.stack([np.asarray(x) for x in values]) for values in window.series)
 

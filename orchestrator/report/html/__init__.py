@@ -20,15 +20,7 @@ figures) and :mod:`.page` (header, tables, template).
 
 from __future__ import annotations
 
-from .figures import (
-    KIND_COLOURS,
-    LANE_PX,
-    LIMIT_COLOUR,
-    MAX_LABELS,
-    PLANNED_COLOUR,
-    SEEN_COLOUR,
-    TRANSFER_COLOUR,
-)
+from .figures import LANE_PX, MAX_LABELS
 from .lanes import FRAME_WIDTH, LABEL_CHAR_PX, MAX_LANES
 from .page import PAGE_WIDTH, render_run_report_file, run_report_html
 from .steps import STEP_COLOURS, micro
@@ -44,7 +36,17 @@ from .view import (
     parse_run_report,
     read_run_report,
 )
-from .words import HOST_NOT_MEASURED, op_timing, seconds, short_device
+from .words import (
+    HOST_NOT_MEASURED,
+    KIND_COLOURS,
+    LIMIT_COLOUR,
+    PLANNED_COLOUR,
+    SEEN_COLOUR,
+    TRANSFER_COLOUR,
+    op_timing,
+    seconds,
+    short_device,
+)
 
 __all__ = [
     "FRAME_WIDTH",

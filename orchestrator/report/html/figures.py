@@ -1,9 +1,8 @@
-"""The page's pictures, drawn with bokeh: the timeline of ops and transfers per device, and memory per device.
-
-This is the only module that imports bokeh; it does so inside the functions
-that draw, so importing the package never loads it. :func:`page_html` puts
-the figures in bokeh's page template, with everything bokeh needs inlined,
-so the file opens offline.
+"""The page's pictures, drawn with bokeh: the timeline of ops, loop windows and transfers per device, the loops'
+metric curves, memory per device, step pictures and sweeps. The only module that imports bokeh, inside the
+functions that draw (importing the package never loads it); :func:`page_html` inlines all bokeh needs, so the
+file opens offline. Renderers a browser test finds are named: ``windows:LOOP``, ``curve:LOOP:METRIC``,
+``curve:SWEEP:METRIC:copy N``, ``copies:SWEEP``, ``median-step:LOOP``, ``critical-path:LOOP``.
 """
 
 from __future__ import annotations
@@ -13,11 +12,13 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ...errors import format_bytes
-from .lanes import FRAME_WIDTH, Row, device_rows, extent, time_zero
-from .steps import STEP_CSS, STEP_ROW_PX, STEP_TEXT_WIDTH, StepBars, path_bars, split_bars, step_words
-from .search import CurveLines, copy_bars, curve_lines
+from .lanes import FRAME_WIDTH, Row, device_rows, drawn_ops, extent, time_zero, window_columns
+from .loops import Chart, loop_charts, loop_colours
+from .steps import STEP_CSS, STEP_ROW_PX, STEP_TEXT_WIDTH, Marks, StepBars, path_bars, split_bars, step_words
+from .search import copy_bars, copy_charts
 from .view import DeviceView, OpView, RunView, TransferView
-from .words import op_timing, peak_label, round_bytes, seconds, short_device, size_or_unknown
+from .words import (KIND_COLOURS, LIMIT_COLOUR, PLANNED_COLOUR, SEEN_COLOUR, TRANSFER_COLOUR, op_timing, peak_label,
+                    round_bytes, seconds, short_device, size_or_unknown)
 
 if TYPE_CHECKING:
     from bokeh.core.property.vectorization import Field
@@ -27,15 +28,6 @@ if TYPE_CHECKING:
 
 LANE_PX = 26  # one lane of a device row: a bar and its label
 MAX_LABELS = 200  # more ops than this: no labels on the bars (they would be a blur); hover names them
-
-# Colour-blind-safe, distinct at a glance (Okabe-Ito, then Tableau's lighter tones).
-KIND_COLOURS = ("#56b4e9", "#e69f00", "#009e73", "#f0e442", "#0072b2", "#d55e00", "#cc79a7", "#999999",
-                "#8cd17d", "#b6992d", "#f1ce63", "#86bcb6", "#e15759", "#ff9d9a", "#bab0ac", "#d37295")
-TRANSFER_COLOUR = "#7b3294"
-PLANNED_COLOUR = "#4c78a8"
-SEEN_COLOUR = "#f58518"
-LIMIT_COLOUR = "#c0392b"
-
 
 # A label's white backing, so that it reads over hatching and arrows. (bokeh's annotations of
 # ``figure.text`` lack these keywords, though its Text glyph has them.)
@@ -54,6 +46,7 @@ def page_html(view: RunView, template: str, variables: Mapping[str, str]) -> str
     roots: list[Model] = []
     if view.ops or view.transfers:
         roots.append(_timeline(view))
+    roots += [_charts(charts) for charts in (loop_charts(loop) for loop in view.loop_curves) if charts]
     if view.devices:
         roots.append(_memory(view))
     roots += _loop_steps(view)
@@ -74,25 +67,43 @@ def _timeline(view: RunView) -> Figure:
     origin = time_zero(view)
     end = extent(view, origin)
     start = -end * 0.01
-    rows, lane_of, height = device_rows(view, origin, (end - start) / FRAME_WIDTH)
-    timed = [o for o in view.ops if o.start is not None]
+    rows, lane_of, height, loop_y = device_rows(view, origin, (end - start) / FRAME_WIDTH)
+    timed = drawn_ops(view)
     colours = _kind_colours(view)
     fig = _timeline_figure(rows, height, start, end)
     _op_bars(fig, timed, [rows[o.device].lane_y(lane_of[o.name]) for o in timed], origin, colours)
-    items = _kind_legend(fig, view, timed, colours)
+    items = _window_bars(fig, view, loop_y, origin) + _kind_legend(fig, timed, colours)
     if view.transfers:
         items.append(_transfers(fig, view, rows, origin))
     if items:
         # top_left of the side panel: bokeh measures the legend before its font is in, and one placed
         # top_right grew leftwards over the plot
-        fig.add_layout(Legend(items=items, title="op kind", label_text_font_size="10px", spacing=0,
+        fig.add_layout(Legend(items=items, title="hover: details", label_text_font_size="10px", spacing=0,
                               location="top_left", title_text_font_size="10px"), "right")
     return fig
 
 
 def _kind_colours(view: RunView) -> dict[str, str]:
-    kinds = sorted({o.kind for o in view.ops if o.start is not None})
+    kinds = sorted({o.kind for o in drawn_ops(view)})
     return {kind: KIND_COLOURS[i % len(KIND_COLOURS)] for i, kind in enumerate(kinds)}
+
+
+def _window_bars(fig: Figure, view: RunView, loop_y: Mapping[tuple[str, str], float],
+                 origin: float) -> list[LegendItem]:
+    """Each loop's windows, a bar each on the loop's lane of every device it ran on (``windows:LOOP``)."""
+    from bokeh.models import ColumnDataSource, HoverTool
+
+    items = []
+    for loop, colour in loop_colours(view.windows).items():
+        source = ColumnDataSource(data=window_columns([w for w in view.windows if w.loop == loop], loop_y, origin))
+        bars = fig.hbar(y="y", left="left", right="right", height=0.7, source=source, fill_color=colour,
+                        fill_alpha=0.75, line_color="#ffffff", line_width=1, name=f"windows:{loop}")
+        ticks = fig.rect(x="left", y="y", width=3, width_units="screen", height=0.7, source=source, fill_color=colour,
+                         line_color="#333333", line_width=0.5)  # a window of 1 ms on a 1 s axis is a pixel wide
+        fig.add_tools(HoverTool(renderers=[bars, ticks], tooltips=[("loop", "@loop"), ("steps", "@steps"),
+                                                            ("device", "@device"), ("ran", "@when")]))
+        items.append(_legend_item(f"{loop}: its windows", bars))
+    return items
 
 
 def _timeline_figure(rows: Mapping[str, Row], height: float, start: float, end: float) -> Figure:
@@ -104,8 +115,8 @@ def _timeline_figure(rows: Mapping[str, Row], height: float, start: float, end: 
     fig = figure(frame_width=FRAME_WIDTH, frame_height=int(height * LANE_PX), x_range=Range1d(start=start, end=end),
                  y_range=Range1d(start=height, end=0), tools="xpan,xwheel_zoom,box_zoom,reset,save",
                  active_scroll="xwheel_zoom", toolbar_location="above",
-                 title="Timeline: one row per device; bars are ops, arrows values Dask moved between devices",
-                 x_axis_label="seconds since the first op or transfer started")
+                 title="Timeline: a row per device: its loops' windows, its ops, and values Dask moved (arrows)",
+                 x_axis_label="seconds since the first op, window or transfer started (workers' clocks)")
     fig.yaxis.ticker = FixedTicker(ticks=[row.centre for row in rows.values()])
     fig.yaxis.major_label_overrides = {row.centre: short_device(row.device) for row in rows.values()}
     fig.yaxis.major_label_text_font_size = "11px"
@@ -150,27 +161,19 @@ def _op_bars(fig: Figure, timed: Sequence[OpView], ys: Sequence[float], origin: 
         ("runs", "@runs")]))
 
 
-def _kind_legend(fig: Figure, view: RunView, timed: Sequence[OpView], colours: Mapping[str, str]) -> list[LegendItem]:
-    """The legend's entries of op kinds (and of loop ops' hatching, with a note above the plot)."""
-    from bokeh.models.annotations import Title
-
+def _kind_legend(fig: Figure, timed: Sequence[OpView], colours: Mapping[str, str]) -> list[LegendItem]:
+    """The legend's entries of op kinds (and of hatching: loop ops no window draws, their runs summed)."""
     # legend swatches: a renderer of one undrawable (NaN) bar per entry, so each shows its plain colour
     entries = [(kind, colour, " ") for kind, colour in colours.items()]
     if any(o.looped for o in timed):
-        entries.append(("hatched: a loop op, its runs' time summed", "#dddddd", "/"))
+        entries.append(("hatched: a loop op's runs, summed", "#dddddd", "/"))
     nan = float("nan")
     hatches: list[Any] = [h for _, _, h in entries]  # bokeh types these as its pattern names, not their letters
     swatches = fig.hbar(y=[nan] * len(entries), left=[nan] * len(entries), right=[nan] * len(entries), height=0.7,
                         fill_color=[c for _, c, _ in entries], line_color="#777777", line_alpha=0.5,
                         hatch_pattern=hatches, hatch_color="#555555", hatch_alpha=0.6,
                         hatch_scale=8)
-    items = [_legend_item(label, swatches, i) for i, (label, _, _) in enumerate(entries)]
-    if any(o.looped for o in timed):
-        fig.add_layout(Title(text=f"Hatched bars are loop ops: the time of all their runs, summed, drawn from the "
-                                  f"first run (the runs were spread over the loop; the run took "
-                                  f"{seconds(view.elapsed)})", text_font_size="11px", text_font_style="italic",
-                             text_color="#555555"), "above")
-    return items
+    return [_legend_item(label, swatches, i) for i, (label, _, _) in enumerate(entries)]
 
 
 def _transfers(fig: Figure, view: RunView, rows: Mapping[str, Row], origin: float) -> LegendItem:
@@ -282,21 +285,16 @@ def _peak_bars(fig: Figure, devices: Sequence[DeviceView], floor: float) -> Any:
 
 def _limit_marks(fig: Figure, devices: Sequence[DeviceView], high: int) -> list[LegendItem]:
     """A red mark at each device's limit, or the words "no limit"; the legend entry of the marks, if any."""
-    items: list[LegendItem] = []
     limited = [(short_device(d.device), float(d.limit_bytes)) for d in devices if d.limit_bytes is not None]
-    if limited:
-        marks = fig.scatter(x=[b for _, b in limited], y=[name for name, _ in limited], marker="dash",
-                            angle=math.pi / 2, size=40, line_color=LIMIT_COLOUR, line_width=3)
-        fig.text(x=[b for _, b in limited], y=[name for name, _ in limited],
-                 text=[f"limit {format_bytes(b)}" for _, b in limited], x_offset=6, text_baseline="middle",
-                 text_font_size="10px", text_color=LIMIT_COLOUR)
-        items.append(_legend_item("memory limit", marks))
     unlimited = [d for d in devices if d.limit_bytes is None]
     if unlimited:
         fig.text(x=[high * 8 for _ in unlimited], y=[short_device(d.device) for d in unlimited],
                  text=["no limit" for _ in unlimited], text_baseline="middle", text_font_size="10px",
                  text_color=LIMIT_COLOUR)
-    return items
+    marks = Marks({"x": [b for _, b in limited], "row": [name for name, _ in limited],
+                   "text_x": [b for _, b in limited], "text": [f"limit {format_bytes(b)}" for _, b in limited]},
+                  "memory limit", "the device's memory limit", LIMIT_COLOUR)
+    return [_marks(fig, marks)] if limited else []
 
 
 # --------------------------------------------------------------------------- loop steps
@@ -324,7 +322,8 @@ def _step_bars(bars: StepBars) -> Figure:
     from bokeh.models.annotations import Legend
     from bokeh.plotting import figure
 
-    fig = figure(frame_width=FRAME_WIDTH, frame_height=STEP_ROW_PX * len(bars.rows) + 10,
+    entries = len(set(bars.columns["legend"])) + len(bars.marks)  # the legend fits beside the rows
+    fig = figure(frame_width=FRAME_WIDTH, frame_height=max(STEP_ROW_PX * len(bars.rows) + 10, 20 * entries + 24),
                  y_range=FactorRange(factors=list(reversed(bars.rows))), x_range=Range1d(start=0, end=bars.end),
                  tools="xpan,xwheel_zoom,reset,save", active_scroll="xwheel_zoom", toolbar_location="above",
                  title=bars.title, x_axis_label=bars.axis)
@@ -332,49 +331,67 @@ def _step_bars(bars: StepBars) -> Figure:
     fig.ygrid.visible = False
     source = ColumnDataSource(data=bars.columns)
     drawn = fig.hbar(y="row", left="left", right="right", height=0.6, source=source, fill_color="colour",
-                     line_color="#ffffff", line_width=1)
+                     line_color="#ffffff", line_width=1, name=bars.name or None)
     fig.text(x="left", y="row", text="label", source=source, x_offset=4, text_baseline="middle",
              text_font_size="10px", text_color="#222222")
-    if bars.marks:
-        fig.scatter(x=bars.marks["x"], y=bars.marks["row"], marker="dash", angle=math.pi / 2, size=26,
-                    line_color="#222222", line_width=2)
-        fig.text(x=bars.marks["text_x"], y=bars.marks["row"], text=bars.marks["text"], x_offset=8,
-                 text_baseline="middle", text_font_size="10px", text_color="#222222")
+    marked = [_marks(fig, marks) for marks in bars.marks]
     if bars.handoffs.get("x"):  # where the path goes on at another device: a dashed line between their rows
         fig.segment(x0=bars.handoffs["x"], x1=bars.handoffs["x"], y0=bars.handoffs["from_row"],
                     y1=bars.handoffs["to_row"], line_color="#555555", line_dash="dashed", line_width=1)
     fig.add_tools(HoverTool(renderers=[drawn], tooltips=list(bars.tooltips)))
     # one entry per kind, from the bars' own "legend" column (bokeh groups it in the browser)
-    fig.add_layout(Legend(items=[_legend_item(field("legend"), drawn)], location="top_left",
-                          label_text_font_size="10px", spacing=0), "right")
+    fig.add_layout(Legend(items=[_legend_item(field("legend"), drawn), *marked], location="top_left",
+                          title="hover: what each is", label_text_font_size="10px", spacing=0), "right")
     return fig
+
+
+def _marks(fig: Figure, marks: Marks) -> LegendItem:
+    """Ticks with their words, hovered with what they measure; their legend entry."""
+    from bokeh.models import ColumnDataSource, HoverTool
+
+    source = ColumnDataSource(data={"value": marks.columns["text"], **marks.columns,
+                                    "why": [marks.why] * len(marks.columns["x"])})
+    ticks = fig.scatter(x="x", y="row", source=source, marker="dash", angle=math.pi / 2, size=26,
+                        line_color=marks.colour, line_width=2, name=marks.name or None)
+    fig.text(x="text_x", y="row", text="text", source=source, x_offset=8, text_baseline="middle",
+             text_font_size="10px", text_color=marks.colour)
+    fig.add_tools(HoverTool(renderers=[ticks], tooltips=[(marks.legend, "@value"), ("is", "@why")]))
+    return _legend_item(marks.legend, ticks)
 
 
 # --------------------------------------------------------------------------- searches
 
 
 def _searches(view: RunView) -> list[Model]:
-    """Per sweep: its copies by device and wave (a bar each, from its start to its stop), and its copies' curves
-    of the metric its rule watches."""
+    """Per sweep: its copies by device and wave (a bar each, from its start to its stop) and its copies' curves
+    of each metric (a line per copy); its rule's decisions are a table below the pictures."""
     roots: list[Model] = []
     for sweep in view.sweeps:
         bars = copy_bars(sweep, time_zero(view))
         if bars.rows:
             roots.append(_step_bars(bars))
-        lines = curve_lines(sweep)
-        if lines.columns["xs"]:
-            roots.append(_curves(lines))
+        charts = [chart for chart in copy_charts(sweep) if chart.lines]
+        if charts:
+            roots.append(_charts(charts))
     return roots
 
 
-def _curves(lines: CurveLines) -> Figure:
-    """A line per copy over the steps, hovered with the copy's values and how it ended."""
-    from bokeh.models import ColumnDataSource, HoverTool
+def _charts(charts: Sequence[Chart]) -> Model:
+    """Charts of lines over steps, two a row: a line each (named, in the legend; a click there hides it)."""
+    from bokeh.layouts import gridplot
+    from bokeh.models import HoverTool
     from bokeh.plotting import figure
 
-    fig = figure(frame_width=FRAME_WIDTH, frame_height=280, title=lines.title, x_axis_label="step",
-                 y_axis_label=lines.metric, tools="pan,wheel_zoom,box_zoom,reset,save", toolbar_location="above")
-    drawn = fig.multi_line(xs="xs", ys="ys", line_color="colour", line_width=1.5, line_alpha=0.8,
-                           source=ColumnDataSource(data=lines.columns))
-    fig.add_tools(HoverTool(renderers=[drawn], tooltips=[("copy", "@label")]))
-    return fig
+    figures: list[Any] = []  # (bokeh types gridplot's children as a list of Any)
+    for chart in charts:
+        fig = figure(frame_width=FRAME_WIDTH // 2 - 40, frame_height=200, title=chart.title, x_axis_label="step",
+                     y_axis_label=chart.y_label, tools="pan,wheel_zoom,box_zoom,reset,save", name=chart.name)
+        for line in chart.lines:
+            drawn = fig.line(x=list(line.xs), y=list(line.ys), line_color=line.colour, line_width=1.6,
+                             line_dash=line.dash, legend_label=line.label, name=line.name)
+            fig.add_tools(HoverTool(renderers=[drawn], tooltips=[(line.label, "step $x{0}: $y")]))
+        fig.legend.label_text_font_size = "10px"
+        fig.legend.click_policy = "hide"
+        fig.legend.spacing = 0
+        figures.append(fig)
+    return gridplot(figures, ncols=2, toolbar_location="right")

@@ -1,5 +1,8 @@
 """Where things go on the timeline, without bokeh: time zero, the axis's end, device rows and their lanes.
 
+A device's row has a lane per loop whose windows ran there (on top), then its
+ops' lanes; a loop op a window covers is drawn by the window, not again.
+
 The timeline is a fixed width (:data:`FRAME_WIDTH`) so that the label packing
 here, which estimates how much time a label covers, matches what the browser draws.
 """
@@ -8,9 +11,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
+from .loops import WindowView, covered
 from .view import OpView, RunView
+from .words import seconds, short_device
 
 FRAME_WIDTH = 840  # the plotting area of both figures; device names and legends take the rest
 LABEL_CHAR_PX = 6.2  # average width of a character of the 10px labels
@@ -36,6 +41,7 @@ class Row:
 def time_zero(view: RunView) -> float:
     """Time zero of the timeline: the first op or transfer that started (the report has no run start time)."""
     starts = [o.start for o in view.ops if o.start is not None] + [t.start for t in view.transfers]
+    starts += [w.start for w in view.windows]
     return min(starts) if starts else 0.0
 
 
@@ -50,7 +56,7 @@ def extent(view: RunView, origin: float) -> float:
     A label of ``p`` pixels starting at ``left`` fits when ``left + p * end / FRAME_WIDTH <= end``.
     """
     ends = [o.start + (o.duration or 0.0) - origin for o in view.ops if o.start is not None]
-    ends += [t.stop - origin for t in view.transfers]
+    ends += [t.stop - origin for t in view.transfers] + [w.stop - origin for w in view.windows]
     ends += [(o.start - origin) / (1 - label_px(o) / FRAME_WIDTH) for o in view.ops
              if o.start is not None and label_px(o) < FRAME_WIDTH / 2]
     return max([*ends, 1e-6]) * 1.02
@@ -77,19 +83,66 @@ def pack_lanes(ops: Sequence[OpView], origin: float, seconds_per_px: float) -> d
     return lane_of
 
 
-def device_rows(view: RunView, origin: float, seconds_per_px: float) -> tuple[dict[str, Row], dict[str, int], float]:
-    """Each device's row, top to bottom in the report's device order; each timed op's lane; the rows' height."""
+def drawn_ops(view: RunView) -> list[OpView]:
+    """The ops drawn as bars: timed, and not a loop op whose runs a drawn window covers."""
+    return [o for o in view.ops if o.start is not None and not (o.looped and covered(o.device, o.start, view.windows))]
+
+
+def _loop_lanes(windows: Sequence[WindowView]) -> dict[str, int]:
+    """Each loop's lane of windows on one device: loops that ran one after another share a lane (a sweep's
+    copies in waves), loops side by side get one each (at most :data:`MAX_LANES`)."""
+    extent: dict[str, list[float]] = {}
+    for w in windows:
+        span = extent.setdefault(w.loop, [w.start, w.stop])
+        span[0], span[1] = min(span[0], w.start), max(span[1], w.stop)
+    ends: list[float] = []
+    lane_of: dict[str, int] = {}
+    for loop, (start, stop) in sorted(extent.items(), key=lambda item: (item[1][0], item[0])):
+        free = [i for i, end in enumerate(ends) if end <= start]
+        if free:
+            lane = free[0]
+        elif len(ends) < MAX_LANES:
+            lane = len(ends)
+            ends.append(0.0)
+        else:
+            lane = min(range(len(ends)), key=ends.__getitem__)
+        ends[lane] = max(ends[lane], stop)
+        lane_of[loop] = lane
+    return lane_of
+
+
+def device_rows(view: RunView, origin: float, seconds_per_px: float
+                ) -> tuple[dict[str, Row], dict[str, int], float, dict[tuple[str, str], float]]:
+    """Each device's row, top to bottom in the report's device order; each drawn op's lane; the rows' height;
+    the y of each (loop, device) lane of windows."""
     by_device: dict[str, list[OpView]] = defaultdict(list)
-    for op in view.ops:
-        if op.start is not None:
-            by_device[op.device].append(op)
+    for op in drawn_ops(view):
+        by_device[op.device].append(op)
+    loops = {device: _loop_lanes([w for w in view.windows if w.device == device])
+             for device in dict.fromkeys(w.device for w in view.windows)}
     rows: dict[str, Row] = {}
     lane_of: dict[str, int] = {}
+    loop_y: dict[tuple[str, str], float] = {}
     top = 0.0
-    for device in view.device_order():
+    for device in view.device_order() + [d for d in loops if d not in view.device_order()]:
+        above = max([0, *(lane + 1 for lane in loops.get(device, {}).values())])
         packed = pack_lanes(by_device.get(device, []), origin, seconds_per_px)
-        lane_of.update(packed)
-        count = max([1, *(lane + 1 for lane in packed.values())])
+        lane_of.update({name: lane + above for name, lane in packed.items()})
+        count = max([1, *(lane + 1 + above for lane in packed.values()), above])
         rows[device] = Row(device, top + 0.3, count)
+        loop_y.update({(loop, device): rows[device].lane_y(lane) for loop, lane in loops.get(device, {}).items()})
         top += count + 0.6
-    return rows, lane_of, top
+    return rows, lane_of, top, loop_y
+
+
+def window_columns(windows: Sequence[WindowView], ys: Mapping[tuple[str, str], float],
+                   origin: float) -> dict[str, list[Any]]:
+    """One loop's windows as the timeline's bars: on its lane of each device's row, hovered with their steps."""
+    return {
+        "y": [ys[(w.loop, w.device)] for w in windows],
+        "left": [w.start - origin for w in windows], "right": [w.stop - origin for w in windows],
+        "loop": [w.loop for w in windows], "device": [short_device(w.device) for w in windows],
+        "steps": [f"{w.first}" if w.first == w.last else f"{w.first}–{w.last}" for w in windows],
+        "when": [f"+{seconds(w.start - origin)}, {seconds(w.stop - w.start)}" for w in windows],
+        "label": [f"{w.loop} {w.first}–{w.last}" for w in windows],
+    }

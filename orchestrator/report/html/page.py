@@ -1,4 +1,7 @@
-"""The page around the pictures: its header of facts and notes, its tables of devices and ops, its template.
+"""The page around the pictures: its header of facts, its tables of rule decisions, devices and ops, its template.
+
+How to read each picture is on the picture itself (legends, and the hover of each bar, line and mark), not in
+paragraphs above it.
 
 :func:`run_report_html` is ``orchestrate report RUN.json --html OUT.html``:
 the checked view of the report (:mod:`.view`), drawn (:mod:`.figures`) into
@@ -14,7 +17,7 @@ from collections import defaultdict
 from typing import Any, Mapping
 
 from ...errors import format_bytes
-from .figures import MAX_LABELS, page_html
+from .figures import page_html
 from .lanes import time_zero
 from .search import decision_table
 from .steps import TRANSPORT_SENTENCES
@@ -68,42 +71,7 @@ def _header(view: RunView, source: str) -> str:
     rows = "\n".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
     return (f'<header><h1>Run of <code>{_e(view.name)}</code></h1>'
             f'<p class="source">report: {_e(source)}</p>\n<table class="facts">\n{rows}\n</table>\n'
-            f"{_notes(view)}</header>")
-
-
-def _notes(view: RunView) -> str:
-    """How to read the pictures, saying what the report cannot show."""
-    notes = ["Time zero is the first op or transfer that started; ops' starts and transfers' times are the "
-             "workers' clocks. Hover over a bar or an arrow for its details; drag or scroll to zoom the time axis.",
-             "Each op is a bar from its start for its duration, with a tick at its start (short ops are narrower "
-             "than a pixel). Ops of a device that run close together are drawn in separate lanes of its row."]
-    if sum(o.start is not None for o in view.ops) > MAX_LABELS:
-        notes.append(f"More than {MAX_LABELS} ops: the bars carry no names; hover over one for its name.")
-    looped = [o for o in view.ops if o.looped]
-    if looped:
-        runs = sorted({o.runs or 0 for o in looped})
-        notes.append(f"<b>Loop ops</b> (hatched) ran {' or '.join(str(r) for r in runs)} times: each has one record "
-                     "whose duration is summed over its runs, drawn from its <i>first</i> run's start. The bar shows "
-                     "how much time the op took in all, not when: its runs were spread over the loop "
-                     f"(the run took {_e(seconds(view.elapsed))}).")
-    if view.totals.get("bytes_exchanged", 0):
-        notes.append("Values loop windows sent worker to worker are not drawn on the timeline: the report records "
-                     "their total bytes, not each message."
-                     + (" The step pictures below show where a sampled step's time went, sends and transits "
-                        "included." if any(loop.segments or loop.devices for loop in view.loop_steps) else ""))
-    if view.sweeps:
-        notes.append("Sweeps: each copy is a bar from its start to its stop on a row of its own, by device and wave "
-                     "(a copy with a training loop: from its loop's first window to its last; a copy its sweep's "
-                     "rule stopped ends at the step it stopped at). Below them, each copy's curve of the metric "
-                     "the rule watches, and the rule's decisions in a table under the pictures.")
-    untimed = [o for o in view.ops if o.start is None]
-    if untimed:
-        notes.append(f"{plural(len(untimed), 'op')} with no worker record (loop states and results the driver "
-                     "resolves) are listed in the table below, not drawn.")
-    if any(d.backend == "host" and d.peak_bytes_seen is None for d in view.devices):
-        notes.append(f"Host (CPU) devices: peak seen is {HOST_NOT_MEASURED}; their limit is the worker's "
-                     "memory_limit.")
-    return '<ul class="notes">' + "".join(f"<li>{n}</li>" for n in notes) + "</ul>"
+            "</header>")
 
 
 def _tables(view: RunView) -> str:
@@ -147,7 +115,6 @@ _STYLE = """
   table.facts th { text-align: left; padding: 1px 14px 1px 0; color: #555; font-weight: 600;
                    vertical-align: top; white-space: nowrap; }
   table.facts td { padding: 1px 0; }
-  ul.notes { color: #444; font-size: 12.5px; margin: 10px 0 14px; padding-left: 18px; }
   table.grid { border-collapse: collapse; font-size: 12.5px; }
   table.grid th, table.grid td { border-bottom: 1px solid #e3e3e3; padding: 3px 10px 3px 0; text-align: left; }
   table.grid td.n { text-align: right; font-variant-numeric: tabular-nums; }

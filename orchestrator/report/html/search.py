@@ -15,7 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .steps import StepBars
+from .loops import LINE_COLOURS, Chart, Line
+from .steps import Marks, StepBars
 from .view import CopyView, SweepView
 from .words import seconds, short_device
 
@@ -43,7 +44,8 @@ def copy_bars(sweep: SweepView, origin: float) -> StepBars:
         "right": [b - origin for _, (_, b) in bars],
         "colour": [STATUS_COLOURS.get(c.status, WAVE_COLOURS[c.wave % len(WAVE_COLOURS)]) for c in timed],
         "legend": [f"wave {c.wave}" if c.status not in STATUS_COLOURS else c.status for c in timed],
-        "label": [f"copy {c.index} ({c.values})" for c in timed],
+        "label": [f"copy {c.index} ({c.values})" + (" · selected" if c.index == sweep.selected else "")
+                  for c in timed],
         "what": [f"copy {c.index}: {c.values}" for c in timed],
         "device": [c.device for c in timed],
         "took": [f"wave {c.wave}, {c.status}" + (f" at step {c.stopped_at_step}" if c.stopped_at_step else "")
@@ -51,40 +53,41 @@ def copy_bars(sweep: SweepView, origin: float) -> StepBars:
         "at": [f"+{seconds((c.start or 0.0) - origin)} to +{seconds((c.stop or 0.0) - origin)}" for c in timed],
     }
     stopped = [c for c in copies if c.status == "stopped"]
-    marks: dict[str, list[Any]] = {"x": [(c.stop or 0.0) - origin for c in stopped], "row": [_row(c) for c in stopped],
-                                   "text_x": [(c.stop or 0.0) - origin for c in stopped],
-                                   "text": [f"stopped at step {c.stopped_at_step}" for c in stopped]}
+    marks = [Marks({"x": [(c.stop or 0.0) - origin for c in stopped], "row": [_row(c) for c in stopped],
+                    "text_x": [(c.stop or 0.0) - origin for c in stopped],
+                    "text": [f"stopped at step {c.stopped_at_step}" for c in stopped]},
+                   "stopped by the rule", "its sweep's rule stopped it there", name=f"stopped:{sweep.name}")]
+    chosen = [c for c in copies if c.index == sweep.selected]
+    marks += [Marks({"x": [(c.stop or 0.0) - origin for c in chosen], "row": [_row(c) for c in chosen],
+                     "text_x": [(c.stop or 0.0) - origin for c in chosen], "text": ["" for _ in chosen],
+                     "value": [f"copy {c.index} ({c.values})" for c in chosen]},
+                    "selected copy", "the copy the sweep's select chose", "#d55e00", f"selected:{sweep.name}")]
     return StepBars(title=f"Sweep {sweep.name}: each copy from its start to its stop, by device and wave",
-                    axis="seconds since the first op or transfer started", rows=tuple(_row(c) for c in copies),
+                    axis="seconds since the first op, window or transfer started", rows=tuple(_row(c) for c in copies),
                     columns=columns, end=end,
                     tooltips=(("copy", "@what"), ("device", "@device"), ("ran", "@took"), ("when", "@at")),
-                    marks=marks if stopped else {})
+                    marks=tuple(m for m in marks if m.columns["x"]), name=f"copies:{sweep.name}")
 
 
-@dataclass(frozen=True)
-class CurveLines:
-    """Each copy's curve of one metric: a line per copy, hovered with the copy's values."""
+def copy_charts(sweep: SweepView) -> list[Chart]:
+    """A chart per metric of the copies' loop, a line per copy (``curve:SWEEP:METRIC:copy N``, its legend the
+    copy's values); the metric its rule watches first. Stopped copies are dashed, the selected one thick."""
+    metrics = list(dict.fromkeys(name for c in sweep.copies for name, _, _ in c.curves))
+    metrics.sort(key=lambda m: m != sweep.metric)
+    charts = []
+    for metric in metrics:
+        lines = tuple(Line(f"curve:{sweep.name}:{metric}:copy {c.index}", _legend(c, sweep), steps, values,
+                           LINE_COLOURS[c.index % len(LINE_COLOURS)], "dashed" if c.status == "stopped" else "solid")
+                      for c in sweep.copies for name, steps, values in c.curves if name == metric and steps)
+        watched = f" ({sweep.rule} watches it)" if metric == sweep.metric and sweep.rule else ""
+        charts.append(Chart(f"metric:{sweep.name}:{metric}", f"Sweep {sweep.name}: {metric} per copy{watched}",
+                            metric, lines))
+    return charts
 
-    title: str
-    metric: str
-    columns: dict[str, list[Any]]
 
-
-def curve_lines(sweep: SweepView) -> CurveLines:
-    """The copies' curves of the metric the sweep's rule watches (else of their loop's first metric)."""
-    watched = sweep.metric
-    metric = watched or next((name for c in sweep.copies for name, _, _ in c.curves), "")
-    drawn = [(c, next((steps, values) for name, steps, values in c.curves if name == metric)) for c in sweep.copies
-             if any(name == metric for name, _, _ in c.curves)]
-    columns: dict[str, list[Any]] = {
-        "xs": [list(steps) for _, (steps, _) in drawn],
-        "ys": [list(values) for _, (_, values) in drawn],
-        "colour": [STATUS_COLOURS.get(c.status, WAVE_COLOURS[c.index % len(WAVE_COLOURS)]) for c, _ in drawn],
-        "label": [f"copy {c.index} ({c.values}): {c.status}" for c, _ in drawn],
-    }
-    rule = f", which its {sweep.rule} rule watches" if watched else ""
-    return CurveLines(f"Sweep {sweep.name}: each copy's {metric}{rule} (grey: stopped early, red: failed)", metric,
-                      columns)
+def _legend(copy: CopyView, sweep: SweepView) -> str:
+    ended = "" if copy.status in ("finished", "") else f", {copy.status}"
+    return f"{copy.index}: {copy.values}{ended}" + (" (selected)" if copy.index == sweep.selected else "")
 
 
 def decision_table(sweep: SweepView) -> str:
@@ -106,12 +109,14 @@ def decision_table(sweep: SweepView) -> str:
             shown = _number(value) + ("" if math.isnan(best) or best == value else f" (best {_number(best)})")
             fate = "reference" if reference else ("goes on" if kept else "stopped")
             cells.append(f'<td class="{"kept" if kept else "stopped"}">{html.escape(shown)} {fate}</td>')
-        rows.append(f"<tr><td>copy {copy.index}</td><td>{html.escape(copy.values)}</td>{''.join(cells)}</tr>")
+        chosen = " (selected)" if copy.index == sweep.selected else ""
+        rows.append(f"<tr><td>copy {copy.index}{chosen}</td><td>{html.escape(copy.values)}</td>{''.join(cells)}</tr>")
     what = "rung" if sweep.rule == "halving" else "decision"
-    return (f"<h2>Sweep <code>{html.escape(sweep.name)}</code>: {html.escape(sweep.rule)} on "
+    return (f'<section id="sweep-{html.escape(sweep.name)}">'
+            f"<h2>Sweep <code>{html.escape(sweep.name)}</code>: {html.escape(sweep.rule)} on "
             f"<code>{html.escape(sweep.loop)}.{html.escape(sweep.metric)}</code>, {what} by {what}</h2>"
             f'<table class="grid decisions"><tr><th>copy</th><th>values</th>{head}</tr>\n' + "\n".join(rows)
-            + "</table>")
+            + "</table></section>")
 
 
 def _number(value: float) -> str:

@@ -42,9 +42,37 @@ TRANSPORT_SENTENCES = {
 }
 
 
+# What each figure's numbers measure (execute.steps): the hover of its marks and segments, not a paragraph.
+STEP_MEANS = ("a device's step: wall time from its start to its end on that device, waits included, median over "
+              "the sampled steps; steps of devices overlap, so this is the loop's period there")
+PATH_MEANS = ("one step's chain of dependent events (ops, sends, transits, overhead), walked back from the "
+              "step's last event until it reaches the previous step: what a device waited for from the previous "
+              "step, and work off the chain, is not in it, so it may be shorter than a device's median step")
+SEGMENT_MEANS = {
+    "op": "compute: the op's call on its device",
+    "transit": "from the value's write on the sender until the waiting receiver had it (link + waking up; "
+               "clocks of different hosts skew it)",
+    "wait": "waiting for a value already on its way",
+    "send": "serializing and writing a value to another device",
+    "overhead": "the runtime's own Python between two events of a device",
+}
+
+
+@dataclass(frozen=True)
+class Marks:
+    """Ticks on a figure's rows (``x``, ``row``; their words ``text`` from ``text_x``; ``value``, when there,
+    the hover's number, else ``text``), in the legend as ``legend``, hovered with ``why`` (what it measures)."""
+
+    columns: dict[str, list[Any]]
+    legend: str
+    why: str
+    colour: str = "#222222"
+    name: str = ""
+
+
 @dataclass(frozen=True)
 class StepBars:
-    """One figure of a step picture: bars on device rows (short names, top to bottom), in µs."""
+    """One figure of bars on rows (short names, top to bottom): a step picture (µs), or a sweep's copies."""
 
     title: str
     axis: str
@@ -52,8 +80,9 @@ class StepBars:
     columns: dict[str, list[Any]]
     end: float
     tooltips: tuple[tuple[str, str], ...]
-    marks: dict[str, list[Any]] = field(default_factory=dict)  # a tick at x on a row, its text from text_x
+    marks: tuple[Marks, ...] = ()
     handoffs: dict[str, list[Any]] = field(default_factory=dict)  # x, from_row, to_row: the path changes device
+    name: str = ""  # the bars' renderer: the element a browser test finds
 
 
 def micro(seconds: float) -> str:
@@ -88,6 +117,7 @@ def path_bars(loop: LoopStepsView, view: RunView) -> StepBars:
         "what": [f"{s.kind}: {s.name}" if s.name else s.kind for s in segs],
         "device": [s.device for s in segs], "took": [micro(s.seconds) for s in segs],
         "at": [f"+{micro(at / 1e6)}" for at in starts],
+        "means": [SEGMENT_MEANS.get(s.kind, s.kind) for s in segs],
     }
     moves = [i for i in range(1, len(segs)) if segs[i].device != segs[i - 1].device]
     handoffs: dict[str, list[Any]] = {"x": [starts[i] for i in moves],
@@ -97,8 +127,17 @@ def path_bars(loop: LoopStepsView, view: RunView) -> StepBars:
                           f"({micro(loop.path_seconds)}), segment by segment on the device where it happened",
                     axis="µs since the path's first segment began", rows=tuple(short_device(d) for d in order),
                     columns=columns, end=end,
-                    tooltips=(("segment", "@what"), ("device", "@device"), ("took", "@took"), ("at", "@at")),
-                    handoffs=handoffs)
+                    tooltips=(("segment", "@what"), ("device", "@device"), ("took", "@took"), ("at", "@at"),
+                              ("is", "@means")),
+                    handoffs=handoffs, marks=(_path_marks(loop, order),), name=f"path:{loop.loop}")
+
+
+def _path_marks(loop: LoopStepsView, devices: Sequence[str]) -> Marks:
+    """A tick at the critical path's length on each row (its length in the hover: the titles say it)."""
+    x, n = loop.path_seconds * 1e6, len(devices)
+    return Marks({"x": [x] * n, "row": [short_device(d) for d in devices], "text_x": [x] * n, "text": [""] * n,
+                  "value": [f"critical path {micro(loop.path_seconds)}"] * n},
+                 "critical path", PATH_MEANS, "#d55e00", f"critical-path:{loop.loop}")
 
 
 def _split_parts(d: StepSplitView) -> list[tuple[str, str, str, str, float]]:
@@ -132,14 +171,19 @@ def split_bars(loop: LoopStepsView, view: RunView) -> StepBars:
         "share": [f"{100 * part[4] / d.step:.0f}% of the median step" if d.step else "-" for d, _, part in stacked],
     }
     ends = {d.device: left + part[4] * 1e6 for d, left, part in stacked}  # the last part's end: the words go after
-    marks: dict[str, list[Any]] = {"x": [d.step * 1e6 for d in devices], "row": [short_device(d.device) for d in devices],
-             "text_x": [max(d.step * 1e6, ends[d.device]) for d in devices],
-             "text": [f"median step {micro(d.step)}" for d in devices]}
+    rows = [short_device(d.device) for d in devices]
+    marks = [Marks({"x": [d.step * 1e6 for d in devices], "row": rows,
+                    "text_x": [max(d.step * 1e6, ends[d.device]) for d in devices],
+                    "text": [f"median step {micro(d.step)}" for d in devices]},
+                   "median step", STEP_MEANS, "#222222", f"median-step:{loop.loop}")]
+    if loop.segments:  # the path's length beside each device's step: the two numbers, side by side
+        marks.append(_path_marks(loop, [d.device for d in devices]))
+    end = max(end, loop.path_seconds * 1e6 * 1.3)
     return StepBars(title=f"Loop {loop.loop}: each device's step, median of each part over "
-                          f"{len(loop.sampled_steps)} sampled steps", axis="µs of a step",
-                    rows=tuple(short_device(d.device) for d in devices), columns=columns, end=end,
+                          f"{len(loop.sampled_steps)} sampled steps (so they need not add up)",
+                    axis="µs of a step", rows=tuple(rows), columns=columns, end=end,
                     tooltips=(("device", "@device"), ("part", "@what"), ("median", "@took"), ("share", "@share")),
-                    marks=marks)
+                    marks=tuple(marks), name=f"split:{loop.loop}")
 
 
 def _e(text: object) -> str:
@@ -155,21 +199,9 @@ def step_words(loop: LoopStepsView, view: RunView) -> str:
     transport = TRANSPORT_SENTENCES.get(view.transport, TRANSPORT_WORDS.get(view.transport, view.transport))
     path = (f" The critical path is step {loop.path_step}'s, the sampled step whose path is the median length."
             if loop.path_step is not None else "")
-    notes = [
-        "The critical path is walked back from the step's last event. A wait that began before its value was "
-        "written jumps to the sender: <i>transit</i> is from the value's write on the sender until the waiting "
-        "receiver had it (the link, and the receiver waking up). Any other event goes back to the one before it "
-        "on its device: <i>overhead</i> is the runtime's own Python between them. The walk stops at the previous "
-        "step, so the path is one period of the loop and may begin with a value the previous step sent.",
-        "Devices' times are compared by their clocks: on one host they agree; across hosts the clocks' "
-        "difference skews transit.",
-        "Each device's split is the median of each part over the sampled steps, so the parts need not add up "
-        "to the median step (the mark). Hover over a bar for its part, device and µs.",
-    ]
     return (f"<h2>Loop <code>{_e(loop.loop)}</code>: one step</h2><p><b>{_e(summary)}</b></p>"
             f"<p>Sampled steps: {_e(steps)} (each recorded on every device together with the step before it)."
-            f"{_e(path)} {_e(transport)}</p>"
-            "<ul>" + "".join(f"<li>{n}</li>" for n in notes) + "</ul>" + _segment_table(loop.segments))
+            f"{_e(path)} {_e(transport)}</p>" + _segment_table(loop.segments))
 
 
 def _segment_table(segments: Sequence[SegmentView]) -> str:

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from ... import jsonschemas
 from ...errors import OrchestratorError
 from ...execute.records import RUN_REPORT_FORMAT
+from .loops import LoopCurvesView, WindowView, loose as _loose, read_curve, read_loops
 
 
 class BadRunReport(OrchestratorError):
@@ -135,6 +136,7 @@ class SweepView:
     metric: str  # the metric of that loop it watches
     copies: tuple[CopyView, ...]
     decisions: tuple[DecisionView, ...]
+    selected: int | None = None  # the copy its select chose
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,8 @@ class RunView:
     transport: str = ""  # how loop windows' values went between workers; "" in reports without gang loops
     loop_steps: tuple[LoopStepsView, ...] = ()  # none in older reports and runs without gang loops
     sweeps: tuple[SweepView, ...] = ()  # none in runs without sweeps
+    windows: tuple[WindowView, ...] = ()  # gang loops' windows, per device (none in older reports)
+    loop_curves: tuple[LoopCurvesView, ...] = ()  # loops' metrics outside sweep copies (none in older reports)
 
     def device_order(self) -> list[str]:
         """The report's devices in its order, then any device only an op or a transfer names."""
@@ -294,6 +298,7 @@ def _parse(top: _Fields) -> RunView:
     phases = top.mapping("phases_seconds")
     loops = top.mapping("loops")
     steps = top.mapping("loop_steps")
+    windows, curves = read_loops(loops.data)
     return RunView(
         name=top.text("name"), file=top.text("file", ""), run=top.text("run", ""),
         backend=top.text("backend", "unknown"), granularity=top.text("granularity", "partition"),
@@ -311,7 +316,7 @@ def _parse(top: _Fields) -> RunView:
         transport=top.text("transport", ""),
         loop_steps=tuple(_loop_steps(key, steps.mapping(key)) for key in steps.data),
         sweeps=tuple(_sweep(key, top.mapping("sweeps").mapping(key)) for key in top.mapping("sweeps").data),
-    )
+        windows=windows, loop_curves=curves)
 
 
 def _sweep(name: str, f: _Fields) -> SweepView:
@@ -319,15 +324,12 @@ def _sweep(name: str, f: _Fields) -> SweepView:
     decisions = f.items("rungs" if rule.data.get("kind") == "halving" else "median", optional=True)
     return SweepView(name, rule.text("kind", ""), rule.text("loop", ""), rule.text("metric", ""),
                      tuple(_copy(_Fields(item, f"{f.where}.copies[{i}]")) for i, item in enumerate(f.items("copies"))),
-                     tuple(_decision(_Fields(item, f"{f.where}.decisions[{i}]")) for i, item in enumerate(decisions)))
+                     tuple(_decision(_Fields(item, f"{f.where}.decisions[{i}]")) for i, item in enumerate(decisions)),
+                     f.count("selected", optional=True))
 
 
 def _copy(f: _Fields) -> CopyView:
-    curves = []
-    for i, item in enumerate(f.items("curves", optional=True)):
-        curve = _Fields(item, f"{f.where}.curves[{i}]")
-        curves.append((curve.text("metric"), tuple(_loose(s) for s in curve.items("steps")),
-                       tuple(_loose(v) for v in curve.items("values"))))
+    curves = [read_curve(item) for item in f.items("curves", optional=True)]
     values = f.mapping("params")
     return CopyView(f.count("index") or 0, ", ".join(f"{k}={v}" for k, v in values.data.items()), f.text("device"),
                     f.count("wave", optional=True) or 0, f.number("start", optional=True),
@@ -345,11 +347,6 @@ def _decision(f: _Fields) -> DecisionView:
     median = _loose(f.data.get("median"))
     return DecisionView(f.count("rung", optional=True) or f.count("decision", optional=True) or 0,
                         f.count("step") or 0, None if math.isnan(median) else median, tuple(rows))
-
-
-def _loose(value: object) -> float:
-    """A number of the report that may be missing or not a number (a NaN metric): NaN then."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
 
 def _op(f: _Fields) -> OpView:

@@ -8,6 +8,14 @@ from .view import DeviceView, OpView
 
 HOST_NOT_MEASURED = "not measured (host memory is Dask's)"
 
+# The page's colours. Colour-blind-safe, distinct at a glance (Okabe-Ito, then Tableau's lighter tones).
+KIND_COLOURS = ("#56b4e9", "#e69f00", "#009e73", "#f0e442", "#0072b2", "#d55e00", "#cc79a7", "#999999",
+                "#8cd17d", "#b6992d", "#f1ce63", "#86bcb6", "#e15759", "#ff9d9a", "#bab0ac", "#d37295")
+TRANSFER_COLOUR = "#7b3294"
+PLANNED_COLOUR = "#4c78a8"
+SEEN_COLOUR = "#f58518"
+LIMIT_COLOUR = "#c0392b"
+
 
 def short_device(device: str) -> str:
     """``/job:worker/replica:0/task:0/device:GPU:1`` as ``/job:worker/task:0/GPU:1`` (replica only when not 0)."""
