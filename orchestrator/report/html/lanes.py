@@ -70,14 +70,7 @@ def pack_lanes(ops: Sequence[OpView], origin: float, seconds_per_px: float) -> d
     for op in sorted(ops, key=lambda o: (o.start or 0.0, o.name)):
         left = (op.start or 0.0) - origin
         covers = max(op.duration or 0.0, label_px(op) * seconds_per_px)
-        free = [i for i, end in enumerate(ends) if end <= left]
-        if free:
-            lane = free[0]
-        elif len(ends) < MAX_LANES:
-            lane = len(ends)
-            ends.append(0.0)
-        else:
-            lane = min(range(len(ends)), key=ends.__getitem__)
+        lane = _take_lane(ends, left)
         ends[lane] = left + covers
         lane_of[op.name] = lane
     return lane_of
@@ -98,14 +91,7 @@ def _loop_lanes(windows: Sequence[WindowView]) -> dict[str, int]:
     ends: list[float] = []
     lane_of: dict[str, int] = {}
     for loop, (start, stop) in sorted(extent.items(), key=lambda item: (item[1][0], item[0])):
-        free = [i for i, end in enumerate(ends) if end <= start]
-        if free:
-            lane = free[0]
-        elif len(ends) < MAX_LANES:
-            lane = len(ends)
-            ends.append(0.0)
-        else:
-            lane = min(range(len(ends)), key=ends.__getitem__)
+        lane = _take_lane(ends, start)
         ends[lane] = max(ends[lane], stop)
         lane_of[loop] = lane
     return lane_of
@@ -146,3 +132,15 @@ def window_columns(windows: Sequence[WindowView], ys: Mapping[tuple[str, str], f
         "when": [f"+{seconds(w.start - origin)}, {seconds(w.stop - w.start)}" for w in windows],
         "label": [f"{w.loop} {w.first}–{w.last}" for w in windows],
     }
+
+
+def _take_lane(ends: list[float], start: float) -> int:
+    """The first lane free by ``start`` (``ends``: where each lane's last bar ends), else a new one while there
+    are fewer than :data:`MAX_LANES`, else the lane that frees first."""
+    free = [i for i, end in enumerate(ends) if end <= start]
+    if free:
+        return free[0]
+    if len(ends) < MAX_LANES:
+        ends.append(0.0)
+        return len(ends) - 1
+    return min(range(len(ends)), key=ends.__getitem__)
