@@ -141,7 +141,7 @@ def device_metrics(dask_worker: Any) -> dict[str, Any]:
         del runtime.moved[old]
     running = sorted(set(runtime.running.copy().values()))  # (a copy: the task threads change it meanwhile)
     return {"device": runtime.config.name, "memory": runtime.backend.stats(), "running": running,
-            "busy": _busy_shares(runtime, int(getattr(worker, "nthreads", 1) or 1)), "moved": dict(runtime.moved)}
+            "busy": _busy_shares(runtime, int(worker.state.nthreads or 1)), "moved": dict(runtime.moved)}
 
 
 def _busy_shares(runtime: Runtime, threads: int) -> list[list[float]]:
