@@ -14,26 +14,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
-
-
-def find_chromium() -> str | None:
-    """$CHROMIUM, else the first Chromium or Chrome on PATH."""
-    named = os.environ.get("CHROMIUM")
-    if named:
-        return shutil.which(named) or (named if Path(named).is_file() else None)
-    for name in BROWSERS:
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
+sys.path.insert(0, str(ROOT / "tests"))
+from browser import find_chromium  # noqa: E402  (one lookup of $CHROMIUM or the browser on PATH: tests/browser.py)
 
 
 def _relative(path: Path) -> Path:
