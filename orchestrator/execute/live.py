@@ -104,7 +104,7 @@ class LiveFeed:
         """Each copy's end as the run's report has it: what the page shows of the copies that run no loop, whose
         ops it is not told of one by one. The result, as it was."""
         copies = {name: {str(c["index"]): c["status"] for c in sweep.get("copies", ())}
-                  for name, sweep in (result.report.get("sweeps") or {}).items()}
+                  for name, sweep in result.run_report.sweeps.items()}  # (not ``report``: the whole dict)
         if copies:
             self.flush(force=True, copies=copies)
         return result
