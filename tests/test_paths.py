@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from orchestrator.cli import run_cli
 from orchestrator.paths import PathUse, clashes
@@ -91,6 +92,20 @@ def test_run_refuses_a_report_over_the_spec_and_two_reports_on_one_path(tmp_path
     assert ("the performance report (--performance-report) and the run report (--report) would both be written "
             f"to {both}") in err
     assert not both.exists()
+
+
+def test_a_relative_output_dir_is_taken_from_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As --report and --cache-dir are: it was taken from the spec's folder, so a run from elsewhere wrote its
+    outputs beside the spec (the wheel check's ``--output-dir .`` wrote into examples/)."""
+    (tmp_path / "specs").mkdir()
+    spec = _quickstart(tmp_path / "specs")
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    code, out, err = cli("run", str(spec), "--output-dir", "out", "--no-progress")
+    assert code == 0, err
+    assert np.load(here / "out" / "results" / "quickstart.npy").size > 0
+    assert not (tmp_path / "specs" / "out").exists()
 
 
 # --------------------------------------------------------------------------- report and plan

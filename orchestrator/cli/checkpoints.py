@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TextIO
 from .. import api, report
 from ..errors import UsageError, did_you_mean, format_bytes
 from ..paths import safe_name
-from .parser import params_of
+from .parser import from_here, params_of
 
 if TYPE_CHECKING:
     from ..cache import Entry, Listing
@@ -44,7 +44,7 @@ def cmd_checkpoints(args: argparse.Namespace, out: TextIO) -> int:
             sys.stderr.write(report.diagnostics_text([(checked.file, checked.diagnostics)]))
             return EXIT_INVALID
         spec = checked.plan
-    listing = api.checkpoint_listing(spec, args.dir, output_dir=args.output_dir, cache_dir=args.cache_dir,
+    listing = api.checkpoint_listing(spec, args.dir, output_dir=from_here(args.output_dir), cache_dir=args.cache_dir,
                                      cache_files=args.cache_files)
     entries = _of_loops(listing, args.loop)
     if args.action == "list":

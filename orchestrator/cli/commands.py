@@ -17,7 +17,7 @@ from ..atomic import write_bytes, write_text
 from ..errors import OrchestratorError, UsageError, format_bytes
 from ..paths import PathUse, clashes
 from .checkpoints import cmd_checkpoints
-from .parser import params_of
+from .parser import from_here, params_of
 
 if TYPE_CHECKING:
     from .progress import TerminalProgress
@@ -143,7 +143,7 @@ def _write_dot(target: str, dot_source: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    settings = api.RunSettings(scheduler=args.scheduler, keep_alive=args.keep_alive, output_dir=args.output_dir,
+    settings = api.RunSettings(scheduler=args.scheduler, keep_alive=args.keep_alive, output_dir=from_here(args.output_dir),
                                report_path=args.report, performance_report=args.performance_report,
                                progress=args.progress, gpu_backend=args.gpu_backend,
                                wait_for_workers=args.wait_for_workers, tls_ca_file=args.tls_ca_file,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn, TextIO
@@ -45,6 +46,12 @@ def params_of(args: argparse.Namespace) -> dict[str, str]:
             raise UsageError(f"orchestrate {args.command}: --set {item}: write NAME=VALUE, e.g. --set lr=0.01")
         params[name.strip()] = value
     return params
+
+
+def from_here(path: str | None) -> str | None:
+    """A folder given on the command line, taken from the current directory as every other path flag is
+    (``--report``, ``--cache-dir``); the spec's own ``run.output_dir`` is taken from the spec's folder."""
+    return None if path is None else os.path.abspath(path)
 
 
 def build_parser(handlers: Handlers) -> argparse.ArgumentParser:
@@ -108,7 +115,8 @@ def _add_run(sub: Any, handlers: Handlers) -> None:
                                    "visible) and shut down afterwards.")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--scheduler", metavar="ADDRESS", help="use a running Dask scheduler instead of the spec's")
-    p.add_argument("--output-dir", metavar="DIR", help="directory output paths are relative to")
+    p.add_argument("--output-dir", metavar="DIR", help="directory output paths are relative to (a relative DIR is "
+                   "taken from the current directory)")
     p.add_argument("--report", metavar="FILE", help="write a JSON run report (per op: planned device, worker, timings)")
     p.add_argument("--performance-report", metavar="FILE", help="write Dask's HTML performance report")
     p.add_argument("--keep-alive", action="store_true", help="keep the embedded cluster up after the run (Ctrl-C ends)")
