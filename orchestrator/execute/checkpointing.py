@@ -25,7 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -191,5 +191,8 @@ def writer_for(plan: Plan, settings: RunSettings, keys: Keys | None, echo: Calla
         return None
     base_dir = os.path.abspath(plan.spec.document.directory)
     keys = keys if keys is not None else compute_keys(plan, base_dir, settings.cache_files)
+    if settings.resume_revisions:  # a re-planned run goes on from the checkpoints of the plan it continues
+        keys = replace(keys, revisions={**keys.revisions, **settings.resume_revisions})
     output_dir = output_directory(base_dir, settings.output_dir, plan.spec.run.output_dir)
-    return CheckpointWriter(keys, plan.spec, settings.cache_dir, output_dir, settings.resume, echo)
+    return CheckpointWriter(keys, plan.spec, settings.cache_dir, output_dir,
+                            settings.resume or bool(settings.resume_revisions), echo)
