@@ -11,20 +11,24 @@ helpers of tests/test_remote.py), never a tight clock.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+import jsonschema
 import numpy as np
 import pytest
 
 from orchestrator import run_file
 from orchestrator.errors import NoWorkerError
+from orchestrator.report.text import placement_summary
 from test_remote import _command, start_scheduler, wait_started, Proc
 
 pytestmark = [pytest.mark.cluster, pytest.mark.faults]
@@ -152,6 +156,11 @@ def test_a_lost_gpu_task_is_replanned_and_the_loop_finishes_from_its_checkpoint(
     info = replanned[0].replan
     assert info is not None and info["diff"]["summary"]["removed"] >= 2 and info["seconds"] > 0
     assert 0 <= info["steps_redone"]["fit"] < 20 and info["resumed_from_step"]["fit"] in (20, 30)
+    written = json.loads((tmp_path / "run.json").read_text())
+    schema = json.loads((ROOT / "schemas" / "run-report.schema.json").read_text())
+    assert list(jsonschema.Draft202012Validator(schema).iter_errors(written)) == []
+    summary = placement_summary(written)  # what `orchestrate run` prints at its end
+    assert "re-planned without it (0 op(s) moved, 2 removed; loop 'fit' from step" in summary, summary
 
 
 def test_an_op_pinned_to_the_lost_device_fails_the_run_in_one_line(tasks: Tasks, tmp_path: Path) -> None:
@@ -168,3 +177,77 @@ def test_an_op_pinned_to_the_lost_device_fails_the_run_in_one_line(tasks: Tasks,
     assert "which this plan is without" in message
     assert time.monotonic() - started < 240  # (no hang: the bound is pytest's, not a speed goal)
     assert not (tmp_path / "out" / "results" / "train_w.npy").exists()
+
+
+SLOW_FIT = '''
+import os, time
+from search_fns import fit as _fit, mse
+
+def fit(x, y, lam, degree, xp, marker=""):
+    if marker:  # says which process runs a copy (the test kills the task whose process it is), then takes a while
+        open(os.path.join(marker, f"started-{os.getpid()}"), "w").close()
+        time.sleep(0.5)
+    return _fit(x, y, lam, degree, xp)
+'''
+
+
+def search_spec(tmp: Path, marker: Path) -> Path:
+    """examples/search.yaml's sweep on 2 worker tasks of one simulated GPU each, its data on a host task."""
+    text = (ROOT / "examples" / "search.yaml").read_text()
+    text = text.replace("    localhost: {gpus: 2, gpu_threads: 4, gpu_memory: {limit: 2MiB}}",
+                        "    host: {tasks: 1}\n    worker: {tasks: 2, gpus: 1, gpu_threads: 4, gpu_memory: {limit: 2MiB}}")
+    text = text.replace("  - scope: /cpu:0", "  - scope: /job:host/task:0/cpu:0")
+    text = text.replace("spread: /gpu:*", "spread: /job:worker/gpu:*")
+    text = text.replace('fn: "search_fns:fit"', f'fn: "slow_search_fns:fit", params: {{marker: "{marker}"}}')
+    text = text.replace('fn: "search_fns:mse"', 'fn: "slow_search_fns:mse"')
+    text += "\nrun: {on_device_lost: replan, replan_after: 3}\n"
+    spec = tmp / "search.yaml"
+    spec.write_text(text)
+    shutil.copy(ROOT / "examples" / "search_fns.py", tmp / "search_fns.py")
+    (tmp / "slow_search_fns.py").write_text(SLOW_FIT)
+    marker.mkdir(exist_ok=True)
+    return spec
+
+
+def test_a_searchs_copies_on_the_lost_gpu_move_to_the_other_and_the_results_are_equal(tasks: Tasks,
+                                                                                      tmp_path: Path) -> None:
+    marker = tmp_path / "markers"
+    spec = search_spec(tmp_path, marker)
+    for job, task, devices in (("host", 0, 1), ("worker", 0, 2), ("worker", 1, 2)):
+        popen, proc = start_group(spec, job, task, tasks.address, tasks.logs)
+        tasks.procs[(job, task)] = popen
+        wait_started(proc, devices)
+    whole = run_file(spec, scheduler=tasks.address, echo=lambda _: None, output_dir=str(tmp_path / "whole"))
+    for old in marker.iterdir():
+        old.unlink()
+    group = tasks.procs[("worker", 1)].pid
+    killed_at: list[float] = []
+
+    def kill_when_a_copy_runs_there() -> None:  # (a copy of the sweep started in a process of worker task 1)
+        while not killed_at:
+            for seen in list(marker.iterdir()):
+                try:
+                    there = os.getpgid(int(seen.name.removeprefix("started-"))) == group
+                except ProcessLookupError:
+                    continue
+                if there:
+                    tasks.kill("worker", 1)
+                    killed_at.append(time.monotonic())
+                    return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=kill_when_a_copy_runs_there, daemon=True)
+    watcher.start()
+    said: list[str] = []
+    killed = run_file(spec, scheduler=tasks.address, echo=said.append, output_dir=str(tmp_path / "killed"))
+    assert killed_at, "no copy ran on worker task 1"
+    text = "\n".join(said)
+    assert "re-planning on the devices left" in text and "what changed from the full plan" in text
+    gpu1 = "/job:worker/replica:0/task:1/device:GPU:0"
+    moved = [slot for packing in killed.plan.packing for slot in packing.copies]
+    assert moved and all(slot.device != gpu1 for slot in moved)  # every copy on the GPU left, within its caps
+    assert [loss.outcome for loss in killed.run_report.losses if loss.device == gpu1] == ["re-planned without it"]
+    for name in ("search_losses.npy", "search_weights.npy"):
+        assert np.array_equal(np.load(tmp_path / "killed" / "results" / name),
+                              np.load(tmp_path / "whole" / "results" / name)), name
+    assert killed.values["poly.best"] == whole.values["poly.best"]
