@@ -251,3 +251,42 @@ def test_a_searchs_copies_on_the_lost_gpu_move_to_the_other_and_the_results_are_
         assert np.array_equal(np.load(tmp_path / "killed" / "results" / name),
                               np.load(tmp_path / "whole" / "results" / name)), name
     assert killed.values["poly.best"] == whole.values["poly.best"]
+
+
+def test_a_device_that_comes_back_is_used_again_at_the_next_checkpoint(tasks: Tasks, tmp_path: Path) -> None:
+    """replan both ways: worker task 1 killed at step 25, started again once the re-planned run has done 50 steps
+    (the loop waits in its progress callback until the task serves); the run takes it up at its next checkpoint."""
+    spec = train_spec(tmp_path)
+    serve(tasks, spec)
+    params = {"epochs": 12}  # 120 steps: the return is seen at the checkpoint of step 50 (the callback waits there)
+    whole = run_file(spec, scheduler=tasks.address, echo=lambda _: None, params=params,
+                     output_dir=str(tmp_path / "whole"))
+    events: list[str] = []
+
+    def progress(loop: str, done: int, steps: int) -> None:
+        if not events and done >= 25:
+            tasks.kill("worker", 1)
+            events.append("killed")
+        elif events == ["killed"] and done >= 50:
+            popen, proc = start_group(spec, "worker", 1, tasks.address, tasks.logs)
+            tasks.procs[("worker", 1)] = popen
+            wait_started(proc, 2)
+            events.append("started again")
+
+    said: list[str] = []
+    done = run_file(spec, scheduler=tasks.address, echo=said.append, on_loop_progress=progress, params=params,
+                    output_dir=str(tmp_path / "back"))
+    text = "\n".join(said)
+    assert events == ["killed", "started again"]
+    assert "re-planning on the devices left" in text and "(their workers joined again)" in text, text
+    assert "the run goes on on the full plan" in text
+    # the last plan is the full one: the towers on both GPUs again
+    assert any(p.device_name.endswith("task:1/device:GPU:0") for p in done.plan.placements)
+    info = [loss.replan for loss in done.run_report.losses if loss.replan is not None]
+    assert info and all(i["back"]["step"] >= 50 and i["back"]["step"] % 10 == 0 for i in info), text
+    assert all(i["resumed_from_step"]["fit"] in (20, 30) and 0 <= i["steps_redone"]["fit"] < 20 for i in info), info
+    w, w_whole = (np.load(tmp_path / out / "results" / "train_w.npy") for out in ("back", "whole"))
+    assert float(np.max(np.abs(w - w_whole))) <= TOLERANCE
+    losses = [float(r[0]) for r in rows(tmp_path / "back" / "results" / "train_loss.csv")]
+    whole_losses = [float(r[0]) for r in rows(tmp_path / "whole" / "results" / "train_loss.csv")]
+    assert len(losses) == len(whole_losses) == 120 and np.allclose(losses, whole_losses, rtol=0, atol=TOLERANCE)

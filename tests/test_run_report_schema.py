@@ -64,7 +64,7 @@ def test_the_writer_fills_every_field_the_schema_defines_and_nothing_else() -> N
         transfers=(TransferRecord("a", cpu, cpu, 8, 1.0, 1.1),), params=(Param("lr", "number", 0.1, "default"),),
         losses=(DeviceLoss(cpu, 0.5, ("a",), 1, 2, "l", (3, 4), "re-planned without it", 123,
                            {"without": [cpu], "diff": None, "resumed_from_step": {"l": 2}, "steps_redone": {"l": 1},
-                            "seconds": 2.5}),))
+                            "seconds": 2.5, "back": {"step": 4, "seconds": 3.0}}),))
     data = report.as_dict()
     assert _problems(data) == []
     schema = json.loads(PUBLISHED.read_text(encoding="utf-8"))

@@ -52,6 +52,7 @@ class CheckpointWriter:
     written: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     _refused: set[str] = field(default_factory=set)
+    resumed: dict[str, int] = field(default_factory=dict)  # loop -> the step it resumed from (execute.replanning)
     _loops: dict[str, Loop] = field(default_factory=dict)  # loops written to in this run (cleaned, summed up)
     _pool: concurrent.futures.ThreadPoolExecutor | None = None
     _pending: list[concurrent.futures.Future[None]] = field(default_factory=list)
@@ -92,7 +93,9 @@ class CheckpointWriter:
             self.echo(f"warning: {warning}")
         if saved is None:
             self.echo(f"loop '{loop.name}' starts from step 0: {why}")
-        elif store.past:
+            return None
+        self.resumed[loop.name] = saved.step
+        if store.past:
             self.echo(f"loop '{loop.name}' does not use every checkpoint: {unused(store.past, loop.steps)}")
         return saved
 

@@ -53,6 +53,7 @@ from typing import Any
 from ..cache import compute_keys
 from ..errors import NoWorkerError, RunError
 from ..plan.records import Plan
+from .loops import StagedRun
 from .losses import LossWatch, Losses
 from .outputs import OnWorkers
 from .records import DeviceLoss, RunReport, RunResult, RunSettings
@@ -73,6 +74,15 @@ class Replanned:
 Replanner = Callable[[tuple[str, ...]], Replanned]
 
 
+class DeviceBack(NoWorkerError):
+    """Devices lost for good whose workers are back: at a loop's checkpoint the run re-plans with them.
+    (A missing device's kind of error only so that no sweep's copy takes it for its own failure.)"""
+
+    def __init__(self, devices: tuple[str, ...]):
+        self.devices = devices
+        super().__init__(f"{', '.join(devices)} back")
+
+
 class DeviceGone(NoWorkerError):
     """Devices whose workers did not come back within ``run.replan_after``: the run re-plans without them."""
 
@@ -88,6 +98,9 @@ class GraceLosses(Losses):
     replan_after: float = 20.0
     pending: dict[str, tuple[float, int]] = field(default_factory=dict)  # device -> (lost at, its joins then)
     # (the client's clock, time.time(): the report's "seconds" of a re-plan are counted from it)
+    away: frozenset[str] = frozenset()  # devices an earlier re-plan went on without: watched for their return
+    present: frozenset[str] = frozenset()  # of those, the ones whose workers were there when this attempt began
+    boundary: Callable[[], bool] | None = None  # is the run where it can change plans (a loop's checkpoint)?
 
     def decide(self, removal: Any, device: str) -> None:
         told = len(self.decided)
@@ -106,14 +119,19 @@ class GraceLosses(Losses):
         if gone:  # every device not back goes with it (a task's devices are lost together)
             raise DeviceGone(tuple(self.pending), self.decided, self.replan_after,
                              min(lost_at for lost_at, _ in self.pending.values()))
+        back = tuple(d for d in sorted(self.away) if d in self.present or self.watch.joins.get(d, 0) > 0)
+        if back and self.boundary is not None and self.boundary():
+            raise DeviceBack(back)
 
 
 class ReplanningRunner(Runner):
     """The runner of one attempt: its losses wait ``replan_after``; it counts each loop's steps done."""
 
     def __init__(self, plan: Plan, settings: RunSettings, echo: Echo, earlier: Sequence[DeviceLoss] = (),
-                 began: float | None = None):
+                 began: float | None = None, away: Sequence[str] = ()):
         super().__init__(plan, settings, echo)
+        self.away = tuple(away)  # the devices this attempt's plan is without (each watched for its return)
+        self.last_loop = ""  # the loop whose window was read last
         self.earlier = list(earlier)  # the losses of the attempts before, with their re-plans
         self.began = began if began is not None else time.time()
         self.done: dict[str, int] = {}  # loop -> its steps done in this attempt (windows read)
@@ -121,12 +139,22 @@ class ReplanningRunner(Runner):
         self.targets: Mapping[str, int] = next((loss.replan["steps_done"] for loss in reversed(self.earlier)
                                                 if loss.replan is not None and "steps_done" in loss.replan), {})
         self.started_at = self.began
+        self.resumed: dict[str, int] = {}  # loop -> the checkpoint step it resumed from in this attempt
 
     def watch_losses(self, retries: int) -> None:
-        watch = LossWatch(self.client, [d.name for d in self.spec.cluster.devices])
+        watch = LossWatch(self.client, [*(d.name for d in self.spec.cluster.devices), *self.away])
+        present = frozenset(name for name in watch.names.values() if name in self.away)
         self.losses = GraceLosses(self.plan, self.token, retries, watch, self, self.echo, self.why_redone,
-                                  replan_after=self.spec.run.replan_after)
+                                  replan_after=self.spec.run.replan_after, away=frozenset(self.away),
+                                  present=present, boundary=self.at_checkpoint)
         self.waiter = Waiter(self.client, self.losses)
+
+    def at_checkpoint(self) -> bool:
+        """Has the loop read last just written a checkpoint (so a change of plans redoes no step)?"""
+        loop = self.spec.loop(self.last_loop) if self.last_loop else None
+        done = self.done.get(self.last_loop, 0)
+        every = loop.checkpoint.every if loop is not None and loop.checkpoint is not None else 0
+        return loop is not None and every > 0 and 0 < done < loop.steps and done % every == 0
 
     def no_workers_timeout(self, retries: int) -> float:
         """A lost device's tasks wait for its worker through the grace, and Dask must not fail them first."""
@@ -142,7 +170,7 @@ class ReplanningRunner(Runner):
         return super().translate(exc)
 
     def loop_progress(self, loop: str, done: int, steps: int, note: str = "") -> None:
-        self.done[loop] = done
+        self.done[loop], self.last_loop = done, loop
         target = self.targets.get(loop)
         if target is not None and done >= target and loop not in self.reached:
             self.reached[loop] = time.time()
@@ -161,7 +189,7 @@ class ReplanningRunner(Runner):
             return loss
         info = dict(loss.replan)
         lost_at, done_before = info.pop("lost_at"), info.pop("steps_done")
-        resumed = {name: outcome.resumed_from_step for name, outcome in self.loop_outcomes.items()}
+        resumed = {**{name: outcome.resumed_from_step for name, outcome in self.loop_outcomes.items()}, **self.resumed}
         info["resumed_from_step"] = {loop: resumed.get(loop, 0) for loop in done_before}
         info["steps_redone"] = {loop: max(0, done - resumed.get(loop, 0)) for loop, done in done_before.items()}
         back = max([self.reached.get(loop, time.time()) for loop in done_before] or [self.started_at])
@@ -172,16 +200,25 @@ class ReplanningRunner(Runner):
         self.started_at = time.time()
         return super().run()
 
+    def run_staged(self, staged: StagedRun) -> dict[str, Any]:
+        """(Where each loop resumed is read from its checkpoints' reader: a loop cut short has no outcome.)"""
+        try:
+            return super().run_staged(staged)
+        finally:
+            if staged.checkpoints is not None:
+                self.resumed.update(staged.checkpoints.resumed)
+
 
 def run_replanning(plan: Plan, settings: RunSettings, echo: Echo, replanner: Replanner) -> RunResult:
-    """Run ``plan``; each time devices are lost for good, re-plan without them and go on (see the module)."""
-    base_dir = plan.spec.document.directory
+    """Run ``plan``; each time devices are lost for good, re-plan without them and go on; when they are back,
+    at a loop's checkpoint, re-plan with them (see the module)."""
+    full, base_dir = plan, plan.spec.document.directory
     revisions = compute_keys(plan, base_dir, settings.cache_files).revisions  # the checkpoints' keys: the full plan's
     lost: tuple[str, ...] = ()
     losses: list[DeviceLoss] = []
     began = time.time()
     while True:
-        runner = ReplanningRunner(plan, settings, echo, losses, began)
+        runner = ReplanningRunner(plan, settings, echo, losses, began, lost)
         try:
             return runner.run()
         except DeviceGone as gone:
@@ -189,16 +226,34 @@ def run_replanning(plan: Plan, settings: RunSettings, echo: Echo, replanner: Rep
             echo(f"{gone}; re-planning on the devices left")
             answer = replanner(lost)
             echo(answer.text.rstrip("\n"))
-            at = dict(runner.done)
             replan = {"without": list(lost), "diff": dict(answer.diff) if answer.diff is not None else None,
-                      "lost_at": gone.lost_at, "steps_done": at}
+                      "lost_at": gone.lost_at, "steps_done": dict(runner.done)}
             losses = [runner.settled(loss) for loss in losses]  # (settled by the attempt that went on from them)
             losses += [_replanned(loss, gone, replan, answer) for loss in gone.losses]
             if answer.plan is None:
                 raise NoWorkerError(f"{gone}, and the re-plan on the devices left does not hold: "
                                     f"{answer.problem}") from None
             plan = answer.plan
-            settings = replace(settings, resume_revisions=dict(revisions))
+        except DeviceBack as back:
+            lost = tuple(device for device in lost if device not in back.devices)
+            step = runner.done.get(runner.last_loop, 0)
+            echo(f"{back} (their workers joined again): at the checkpoint of loop '{runner.last_loop}' at step "
+                 f"{step}, the run goes on {'re-planned without ' + ', '.join(lost) if lost else 'on the full plan'}")
+            answer = replanner(lost) if lost else Replanned(full, "")
+            if answer.text:
+                echo(answer.text.rstrip("\n"))
+            if answer.plan is None:  # (the spec planned with these devices before: a spec file changed meanwhile)
+                raise NoWorkerError(f"{back}, and the re-plan with them does not hold: {answer.problem}") from None
+            losses = [_back(runner.settled(loss), back.devices, step, began) for loss in losses]
+            plan = answer.plan
+        settings = replace(settings, resume_revisions=dict(revisions))
+
+
+def _back(loss: DeviceLoss, devices: Sequence[str], step: int, began: float) -> DeviceLoss:
+    """A re-planned loss whose device is back: where the run took it up again (``replan`` both ways)."""
+    if loss.replan is None or loss.device not in devices or "back" in loss.replan:
+        return loss
+    return replace(loss, replan={**loss.replan, "back": {"step": step, "seconds": round(time.time() - began, 3)}})
 
 
 def _replanned(loss: DeviceLoss, gone: DeviceGone, replan: Mapping[str, Any], answer: Replanned) -> DeviceLoss:

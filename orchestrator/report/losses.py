@@ -37,4 +37,6 @@ def replan_words(replan: Mapping[str, Any] | None) -> str:
     loops = [f"loop '{loop}' from step {step} ({replan.get('steps_redone', {}).get(loop, 0)} step(s) redone)"
              for loop, step in (replan.get("resumed_from_step") or {}).items()]
     cost = f"; back where it was {float(replan['seconds']):.2f} s after the loss" if "seconds" in replan else ""
-    return f" ({diff}{'; ' if loops else ''}{', '.join(loops)}{cost})"
+    back = replan.get("back")
+    used = f"; its worker back, used again from step {back['step']}" if back else ""
+    return f" ({diff}{'; ' if loops else ''}{', '.join(loops)}{cost}{used})"
