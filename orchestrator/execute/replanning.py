@@ -32,15 +32,27 @@ and ops outside loops run again unless the cache holds them. Why not keep
 the last finished window's states on the client instead: the states of a
 window live on the workers, one of which is gone, and the checkpoint is the
 state the run already keeps for exactly this; the cost is the steps since
-it, which the run report says (``steps_redone``). A device that comes back
-after the re-plan is not used again by this run (not done: ``replan`` one
-way only).
+it, which the run report says (``steps_redone``; the window in flight at the
+loss is not counted: the client had not read it).
+
+Both ways. The re-planned run watches the devices it is without: once a
+worker says it stands for one again (``LossWatch.joins``), the run takes it
+up at the next checkpoint of the loop it is running (:class:`DeviceBack`,
+raised at the first wait after that checkpoint was handed to its writer, so
+the change of plans redoes no step): the plan with it again (the full plan
+when every lost device is back, else a re-plan without the others) goes on
+from that checkpoint. Why at a checkpoint and not at any window boundary:
+a change of plans ends the attempt, and the checkpoint is what the next one
+goes on from; a loop without checkpoints, or a part of the run outside
+loops, keeps the plan it has.
 
 State: per attempt, the devices lost and not back with when they were lost
-(:class:`GraceLosses`), each loop's steps done (for the steps redone and
-for when the re-planned run is back where the loss found it); across
-attempts, the losses so far with their re-plans, the devices lost so far
-and when the run began (the report's elapsed time is the whole run's).
+(:class:`GraceLosses`), the devices watched for their return, each loop's
+steps done and where it resumed (for the steps redone, for when the
+re-planned run is back where the loss found it, and for the checkpoint a
+returning device is taken up at); across attempts, the losses so far with
+their re-plans, the devices lost so far and when the run began (the
+report's elapsed time is the whole run's).
 """
 
 from __future__ import annotations
