@@ -38,7 +38,7 @@ from .spec.validate import schema_text, validate
 if TYPE_CHECKING:
     from .cache import Cache
     from .cache import Listing
-    from .execute import TaskWorkers
+    from .execute import Replanned, TaskWorkers
 
 __all__ = [
     "Checked",
@@ -185,9 +185,37 @@ def run_plan(plan: Plan, settings: RunSettings | None = None,
         from .execute import run_in_process
 
         return run_in_process(plan, settings, echo)
+    if plan.spec.run.on_device_lost == "replan":
+        from .execute import run_replanning
+
+        chosen = settings or RunSettings()
+        return run_replanning(plan, chosen, echo or (lambda text: print(text, flush=True)),
+                              lambda lost: _replanned(plan, chosen.granularity, lost))
     from .execute import run_plan as execute
 
     return execute(plan, settings, echo)
+
+
+def _replanned(full: Plan, granularity: str, lost: Sequence[str]) -> Replanned:
+    """A run's re-plan without the devices it lost for good: ``replan_file``'s, with the run's params and
+    granularity, as ``orchestrate plan --without`` shows it (execute.replanning goes on with it)."""
+    from .execute import Replanned
+    from .report.diff import plan_diff_dict
+    from .report.replan import ReplanView, replan_text
+
+    params = {p.name: p.value for p in full.spec.params if p.source != "default"}
+    try:
+        replan = replan_file(full.spec.document.file, lost, params, full=full)
+    except OrchestratorError as exc:  # nothing left to plan on, or the spec file changed under the run
+        return Replanned(None, "", None, str(exc).splitlines()[0])
+    checked = replan.checked
+    view = ReplanView(full, replan.lost, checked.plan, checked.diagnostics, replan.diff)
+    text = replan_text(view, with_plan=False)
+    if not view.ok or checked.plan is None or replan.diff is None:
+        first = next((d for d in checked.diagnostics if d.is_error), None)
+        return Replanned(None, text, None, first.render() if first is not None else "no plan could be made")
+    plan = checked.plan if granularity == "partition" else plan_memory(checked.plan, granularity)
+    return Replanned(plan, text, plan_diff_dict(replan.diff))
 
 
 def run_file(path: str | os.PathLike[str], settings: RunSettings | None = None, *,

@@ -293,7 +293,10 @@ def test_a_worker_of_train_killed_mid_loop_ends_the_run_in_one_line(tmp_path: Pa
 
 
 @pytest.mark.parametrize("run_options, why", [("run: {retries: 2}\n", "retries: 2"),
-                                              ("run: {on_device_lost: wait}\n", "on_device_lost: wait")])
+                                              ("run: {on_device_lost: wait}\n", "on_device_lost: wait"),
+                                              # back within the grace (its nanny restarts it): redone, as wait
+                                              ("run: {on_device_lost: replan, replan_after: 120}\n",
+                                               "on_device_lost: replan")])
 def test_with_retries_a_killed_worker_is_restarted_said_and_reported(tmp_path: Path, busy: None, run_options: str,
                                                                      why: str) -> None:
     """Once: it finished, bitwise equal, without a word of the restart. ``on_device_lost: wait`` does the same

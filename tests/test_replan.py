@@ -255,11 +255,11 @@ def test_run_on_device_lost_is_recorded_and_fail_by_default(tmp_path: Path) -> N
     asked = api.check_file(write(tmp_path, "version: 1\nrun: {on_device_lost: replan}\n"
                                            "graph:\n  - {name: a, op: ones, shape: [2]}\n", "b.yaml"))
     assert asked.spec is not None and asked.spec.run.on_device_lost == "replan"
-    assert [d.code for d in asked.warnings] == ["on-device-lost"]  # a run does not act on it yet, and says so
+    assert not asked.warnings and asked.spec.run.replan_after == 20.0  # a run acts on it (execute.replanning)
 
 
 def test_on_device_lost_wait_is_not_warned_about(tmp_path: Path) -> None:
-    """wait is done by a run (tests/test_lost_worker.py): no warning; replan still says it is not."""
+    """wait is done by a run (tests/test_lost_worker.py), as replan is (tests/test_replan_run.py): no warning."""
     asked = api.check_file(write(tmp_path, "version: 1\nrun: {on_device_lost: wait}\n"
                                            "graph:\n  - {name: a, op: ones, shape: [2]}\n", "c.yaml"))
     assert asked.spec is not None and asked.spec.run.on_device_lost == "wait" and not asked.warnings

@@ -62,14 +62,17 @@ def test_the_writer_fills_every_field_the_schema_defines_and_nothing_else() -> N
         loops={"l": {"mode": "gang", "resumed_from_step": 0, "stopped_at_step": 4, "stop_reason": "steps",
                      "steps_run": 4, "spans": [[1.0, 2.0]]}},
         transfers=(TransferRecord("a", cpu, cpu, 8, 1.0, 1.1),), params=(Param("lr", "number", 0.1, "default"),),
-        losses=(DeviceLoss(cpu, 0.5, ("a",), 1, 2, "l", (3, 4), "failed the run", 123),))
+        losses=(DeviceLoss(cpu, 0.5, ("a",), 1, 2, "l", (3, 4), "re-planned without it", 123,
+                           {"without": [cpu], "diff": None, "resumed_from_step": {"l": 2}, "steps_redone": {"l": 1},
+                            "seconds": 2.5, "back": {"step": 4, "seconds": 3.0}}),))
     data = report.as_dict()
     assert _problems(data) == []
     schema = json.loads(PUBLISHED.read_text(encoding="utf-8"))
     assert set(data) == set(schema["properties"])  # the writer and the schema name the same fields
     assert schema["properties"]["format"]["const"] == data["format"] == RUN_REPORT_FORMAT
     for record, name in ((data["ops"][0], "op"), (data["devices"][0], "device"), (data["totals"], "totals"),
-                         (data["transfers"][0], "transfer"), (data["losses"][0], "loss"), (data["params"][0], "param")):
+                         (data["transfers"][0], "transfer"), (data["losses"][0], "loss"), (data["params"][0], "param"),
+                         (data["losses"][0]["replan"], "replan")):
         assert set(record) == set(schema["$defs"][name]["properties"]), name
 
 

@@ -21,15 +21,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .replanning import Replanned, run_replanning
     from .run import run_plan
     from .security import make_security, scheduler_address, tls_files
     from .sync import run_in_process
     from .worker import TaskWorkers, dask_worker_commands, select_task, serve_task
 
-__all__ = ["TaskWorkers", "dask_worker_commands", "make_security", "run_in_process", "run_plan", "scheduler_address",
+__all__ = ["Replanned", "TaskWorkers", "dask_worker_commands", "make_security", "run_in_process", "run_plan", "run_replanning", "scheduler_address",
            "select_task", "serve_task", "tls_files"]
 
-_HOMES = {"run_plan": "run", "run_in_process": "sync", "make_security": "security", "scheduler_address": "security",
+_HOMES = {"run_plan": "run", "run_replanning": "replanning", "Replanned": "replanning", "run_in_process": "sync", "make_security": "security", "scheduler_address": "security",
           "tls_files": "security", "TaskWorkers": "worker", "dask_worker_commands": "worker",
           "select_task": "worker", "serve_task": "worker"}
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,7 @@ class CheckpointWriter:
     written: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     _refused: set[str] = field(default_factory=set)
+    resumed: dict[str, int] = field(default_factory=dict)  # loop -> the step it resumed from (execute.replanning)
     _loops: dict[str, Loop] = field(default_factory=dict)  # loops written to in this run (cleaned, summed up)
     _pool: concurrent.futures.ThreadPoolExecutor | None = None
     _pending: list[concurrent.futures.Future[None]] = field(default_factory=list)
@@ -92,7 +93,9 @@ class CheckpointWriter:
             self.echo(f"warning: {warning}")
         if saved is None:
             self.echo(f"loop '{loop.name}' starts from step 0: {why}")
-        elif store.past:
+            return None
+        self.resumed[loop.name] = saved.step
+        if store.past:
             self.echo(f"loop '{loop.name}' does not use every checkpoint: {unused(store.past, loop.steps)}")
         return saved
 
@@ -191,5 +194,8 @@ def writer_for(plan: Plan, settings: RunSettings, keys: Keys | None, echo: Calla
         return None
     base_dir = os.path.abspath(plan.spec.document.directory)
     keys = keys if keys is not None else compute_keys(plan, base_dir, settings.cache_files)
+    if settings.resume_revisions:  # a re-planned run goes on from the checkpoints of the plan it continues
+        keys = replace(keys, revisions={**keys.revisions, **settings.resume_revisions})
     output_dir = output_directory(base_dir, settings.output_dir, plan.spec.run.output_dir)
-    return CheckpointWriter(keys, plan.spec, settings.cache_dir, output_dir, settings.resume, echo)
+    return CheckpointWriter(keys, plan.spec, settings.cache_dir, output_dir,
+                            settings.resume or bool(settings.resume_revisions), echo)

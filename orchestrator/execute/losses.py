@@ -43,7 +43,7 @@ waits (``execute.waiting``; the watch rings the bell it waits on), by
 The spec's ``run.on_device_lost: wait`` asks for ``redo`` without retries
 on the ops (Dask may run a lost worker's tasks again up to
 :data:`WAIT_LOSSES` times); ``fail``, the default, leaves it to
-``retries``. Re-planning on the devices left is not done by a run yet.
+``retries``; ``replan`` is ``wait`` for ``run.replan_after`` (``execute.replanning``).
 
 State: the watch keeps the address book, the copies' ops that started, and
 the removals not yet decided; :class:`Losses` keeps the losses decided (the
@@ -370,7 +370,7 @@ def _what(loss: DeviceLoss) -> str:
 
 def redo_policy(spec: Spec) -> tuple[int, str]:
     """How many times Dask may run a lost worker's task again, and what asked for it ("": the ops' retries).
-    ``run.on_device_lost: wait`` (and ``replan``, which a run does not do yet) redoes it without retries."""
+    ``run.on_device_lost: wait`` (and ``replan``, within its grace: execute.replanning) redoes it without retries."""
     retries = max([op.retries for op in spec.ops] + [spec.run.retries])
     if spec.run.on_device_lost == "fail":
         return retries, ""

@@ -48,6 +48,8 @@ class RunSettings:
     use_cache: bool = True  # False: neither read nor write the cache (--no-cache)
     cache_dir: str | None = None  # None: .orchestrate/cache beside the spec
     resume: bool = False  # reuse every entry there is, and write every value (a run killed midway resumes)
+    # a re-planned run's loops resume from the checkpoints of these revisions (loop -> the full plan's)
+    resume_revisions: Mapping[str, Any] | None = None
     cache_files: str = "stat"  # a loaded file's part of a key: "stat" (size, modification time) or "hash"
     sync: bool = False  # every op in this process, in plan order, with no cluster (--sync; docs/running.md)
     tensorboard: str | None = None  # a folder for TensorBoard event files of the loops' metrics (docs/tracking.md)
@@ -176,6 +178,8 @@ class DeviceLoss:
     steps: tuple[int, int] | None = None  # (first, last) of those steps
     outcome: str = ""  # "failed the run", "restarted; redone", "copies failed"
     pid: int | None = None  # its process
+    # run.on_device_lost: replan (execute.replanning): devices planned without, plan diff, steps redone, seconds
+    replan: Mapping[str, Any] | None = None
 
     def at(self) -> str:
         """``step 412 of loop 'train'`` (or steps 400-499), or nothing outside loops."""
@@ -188,7 +192,7 @@ class DeviceLoss:
         return {"device": self.device, "seconds": self.seconds, "running": list(self.running),
                 "waiting": self.waiting, "values": self.values, "loop": self.loop,
                 "steps": list(self.steps) if self.steps is not None else None, "outcome": self.outcome,
-                "pid": self.pid}
+                "pid": self.pid, **({"replan": dict(self.replan)} if self.replan is not None else {})}
 
 
 @dataclass(frozen=True)

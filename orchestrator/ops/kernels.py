@@ -96,8 +96,10 @@ def reduce_mean(ctx: KernelContext, p: Params, x: Any) -> Any:
     return ctx.xp.mean(x, axis=p.get("axis"), keepdims=bool(p.get("keepdims", False)))
 
 
-def split(ctx: KernelContext, p: Params, x: Any) -> tuple[Any, ...]:
-    return tuple(ctx.xp.array_split(x, int(p["num"]), axis=int(p.get("axis", 0) or 0)))
+def split(ctx: KernelContext, p: Params, x: Any) -> Any:
+    parts = tuple(ctx.xp.array_split(x, int(p["num"]), axis=int(p.get("axis", 0) or 0)))
+    # one piece is one output, which is the value itself (a replicate shrunk to one device by a re-plan)
+    return parts[0] if len(parts) == 1 else parts
 
 
 def gathered(ctx: KernelContext, p: Params, *xs: Any) -> Any:

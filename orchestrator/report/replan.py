@@ -46,7 +46,8 @@ def _heading(view: ReplanView) -> str:
             f"{left} of {len(view.full.spec.cluster.devices)} devices left")
 
 
-def replan_text(view: ReplanView) -> str:
+def replan_text(view: ReplanView, with_plan: bool = True) -> str:
+    """``with_plan``: the plan on the devices left too (``plan --without``); a run re-planning prints the rest."""
     lines = [_heading(view)]
     errors = [d for d in view.diagnostics if d.is_error]
     if errors:
@@ -55,7 +56,7 @@ def replan_text(view: ReplanView) -> str:
     if view.diff is None or view.plan is None:
         lines += ["", "no diff: the re-plan could not place every op (above)"]
         return "\n".join(lines) + "\n"
-    lines += ["", plan_text(view.plan).rstrip("\n"), ""]
+    lines += ["", plan_text(view.plan).rstrip("\n"), ""] if with_plan else [""]
     lines.append(plan_diff_text(view.diff, f"what changed from the full plan (without {', '.join(view.lost)}):"))
     return "\n".join(lines).rstrip("\n") + "\n"
 

@@ -94,7 +94,6 @@ RULES: dict[str, str] = {
     "sweep-distribution": "A random search draws from a distribution that does not exist, or an empty one",
     "sweep-glob": "A glob that matches no file in the spec's folder, or leaves it",
     "sweep-devices": "A sweep's devices: is now spread:",
-    "on-device-lost": "run.on_device_lost asks for what a run does not do yet (replan)",
     "copy-unknown": "A ${copy.NAME} that no enclosing sweep gives a value",
     "halving": "Successive halving on a metric, loop or rungs the sweep's body does not have, or rungs between "
                "the evaluations of the evaluation metric it watches",

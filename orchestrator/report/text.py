@@ -17,6 +17,7 @@ from ..plan.records import DeviceMemory, Partition, Placement, Plan
 from ..ops import tf_name
 from ..spec.params import describe
 from .sarif import diagnostics_sarif
+from .losses import loss_lines
 from .sweeps import packing_dict, packing_lines, sweep_run_lines
 
 PLAN_JSON_VERSION = 1
@@ -328,20 +329,6 @@ def placement_summary(run_report: Mapping[str, Any]) -> str:
     lines += ["  " + line for line in [*loop_step_lines(run_report), *sweep_run_lines(run_report),
                                        *loss_lines(run_report)]]
     return "\n".join(lines) + "\n"
-
-
-def loss_lines(run_report: Mapping[str, Any]) -> list[str]:
-    """A line per device worker lost during the run: when, what it was running, what the run did."""
-    lines = []
-    for loss in run_report.get("losses") or ():
-        steps = loss.get("steps")
-        at = "" if not steps else f", step {steps[0]}" if steps[0] == steps[1] else f", steps {steps[0]}-{steps[1]}"
-        at += f" of loop '{loss['loop']}'" if at else ""
-        running = list(loss.get("running") or ())
-        what = f"running {', '.join(running[:3])}{', ...' if len(running) > 3 else ''}" if running else "between tasks"
-        lines.append(f"worker lost: {loss['device']} {float(loss['seconds']):.2f} s into the run{at} ({what}): "
-                     f"{loss.get('outcome', '')}")
-    return lines
 
 
 # --------------------------------------------------------------------------- loop steps

@@ -254,6 +254,8 @@ class RunOptions:
     # What a run does about a lost device worker. ``fail`` by default: a run that went on with fewer
     # devices would change its timing and each device's memory under the user, so that is asked for.
     on_device_lost: str = "fail"
+    # ``replan``: how long a lost device's worker may take to come back before the run re-plans without it
+    replan_after: float = 20.0
     tensorboard: str | None = None  # run.tensorboard, run.mlflow: folders under the output directory (docs/tracking.md)
     mlflow: str | None = None
 

@@ -51,7 +51,7 @@ from .names import check_name_keys, once_per_copy
 from .numbers import check_finite_settings
 from .outputs import check_outputs
 from .schema import check_copy_items, check_schema, schema, schema_text
-from .topology import build_cluster, build_placement, check_on_device_lost, scheduler_problem
+from .topology import build_cluster, build_placement, scheduler_problem
 
 __all__ = ["schema", "schema_text", "scheduler_problem", "topological_order", "validate"]
 
@@ -91,8 +91,8 @@ def _validate(doc: Document, without: Collection[str] = ()) -> tuple[Spec | None
                      int(raw_run.get("retries", 0)), c.seconds(raw_run.get("timeout"), ("run", "timeout")),
                      c.seconds(raw_run.get("no_workers_timeout", 5), ("run", "no_workers_timeout")) or 5.0,
                      str(raw_run.get("on_device_lost", ON_DEVICE_LOST[0])),
-                     tensorboard=raw_run.get("tensorboard"), mlflow=raw_run.get("mlflow"))
-    check_on_device_lost(c, run)
+                     tensorboard=raw_run.get("tensorboard"), mlflow=raw_run.get("mlflow"),
+                     replan_after=c.seconds(raw_run.get("replan_after", 20), ("run", "replan_after")) or 20.0)
     if c.too_big:  # a cluster too big to build: nothing later can be checked against it
         return None, sorted(c.diags, key=lambda d: (d.severity != "error", d.line, d.column))
     expansion = expand(doc, data["graph"], cluster)

@@ -29,7 +29,7 @@ from .checker import Checker
 from .spelling import finite_problem
 
 _DATA_FIELDS = frozenset({"value", "scalar", "params"})  # an op's data, as opposed to its settings
-_CHECKED_ELSEWHERE = frozenset({"timeout", "no_workers_timeout"})  # durations: checker.seconds, graph
+_CHECKED_ELSEWHERE = frozenset({"timeout", "no_workers_timeout", "replan_after"})  # durations: checker.seconds, graph
 _SKIPPED_TOP = frozenset({"cluster", "params"})  # sizes (topology); parameters where they are used
 
 

@@ -55,6 +55,7 @@ def finite_problem(field: str, value: Any) -> tuple[str, str]:
 _DURATIONS = {
     "timeout": "e.g. timeout: 600; leave timeout out for no time limit",
     "no_workers_timeout": "e.g. no_workers_timeout: 30; leave it out for the default of 5 seconds",
+    "replan_after": "e.g. replan_after: 30; leave it out for the default of 20 seconds",
 }
 
 

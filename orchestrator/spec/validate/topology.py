@@ -1,8 +1,9 @@
 """The cluster and placement sections: jobs, tasks, GPUs and memory become devices; rules become records.
 
 Also the check that a device string names something the cluster has (its
-job, task and device type; the index is the placer's to judge), and what the
-spec asks a run to do when one of those devices is lost (``run.on_device_lost``).
+job, task and device type; the index is the placer's to judge) (what a run
+does when one of those devices is lost, ``run.on_device_lost``, is a plain setting: ``execute.losses``
+and ``execute.replanning`` act on it).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, Final, Mapping
 from ...backend_registry import AUTO, fallback_gpu_backend, gpu_backend_names, gpu_backend_problem, hardware_gpu_backend
 from ...devices import SOFT_KEEPS, DeviceSpec, GpuId, canonical_device, gpu_id_problem, gpu_mix_problem
 from ...errors import YamlPath, did_you_mean, format_bytes
-from ..records import Cluster, Device, GpuMemory, Job, PlacementConfig, RunOptions, Rule, Tls
+from ..records import Cluster, Device, GpuMemory, Job, PlacementConfig, Rule, Tls
 from ...ops import lookup, user_op_names
 from ...strategies import DEFAULT, STRATEGIES
 from .checker import Checker
@@ -302,18 +303,3 @@ def job_devices(job: Job) -> list[Device]:
             out.append(Device(canonical_device(job.name, task, "GPU", i), job.gpu_threads, per_gpu, physical,
                               job.gpu_memory.reserve_at_start, declared))
     return out
-
-
-def check_on_device_lost(c: Checker, run: RunOptions) -> None:
-    """``replan`` is the spec's word on a lost device that a run does not act on yet.
-
-    The planning side is there (``orchestrate plan --without DEVICE`` is the plan a re-plan makes),
-    the run side is not: a run behaves as with ``wait``. A warning, not an error, so the spec keeps its
-    word for the run that will honour it, and ``validate --strict`` still says it is not so now.
-    """
-    if run.on_device_lost != "replan":
-        return
-    c.warn("on-device-lost", ("run", "on_device_lost"),
-           "replan is not acted on by a run yet: a lost device worker is restarted and its work redone "
-           "there, as with wait",
-           "see the plan on the devices left with: orchestrate plan SPEC --without DEVICE")
