@@ -195,6 +195,7 @@ class Losses:
     keys: Keys
     echo: Callable[[str], None]
     why_redone: str = ""  # what asked for the redo: "retries: N" or "on_device_lost: wait"
+    drained: Callable[[str], str] = lambda device: ""  # its one line, for a device drained on notice (execute.draining)
 
     def __post_init__(self) -> None:
         self.began = time.time()
@@ -248,7 +249,7 @@ class Losses:
         self.seen.update(removal.held)
         if action == "fail":
             self.decided.append(replace(loss, outcome="failed the run"))
-            raise DeviceLost(device, failed_line(loss))
+            raise DeviceLost(device, self.drained(device) or failed_line(loss))
         if action == "redo":
             self.decided.append(replace(loss, outcome="restarted; redone"))
             self.untold.append((loss, self.watch.joins.get(device, 0)))

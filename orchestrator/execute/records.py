@@ -119,14 +119,8 @@ class OpRecord:
                                "worker": self.worker, "start": self.start, "duration": self.duration,
                                "output_bytes": self.output_bytes, "retries": self.retries, "runs": self.runs,
                                "why": self.why}
-        if self.end is not None:
-            out["end"] = self.end
-        if self.note:
-            out["note"] = self.note
-        if self.cache:
-            out["cache"] = self.cache
-        if self.error:
-            out["error"] = self.error
+        extra = {"end": self.end, "note": self.note, "cache": self.cache, "error": self.error}  # only when there
+        out.update((key, value) for key, value in extra.items() if value is not None and value != "")
         return out
 
 
@@ -192,6 +186,21 @@ class DeviceLoss:
 
 
 @dataclass(frozen=True)
+class Drain:
+    """A device worker drained on notice (``execute.draining``): the window its loops finished, the checkpoint."""
+
+    device: str
+    seconds: float  # into the run, when the notice reached the client
+    loops: tuple[str, ...] = ()  # the loops whose window in flight there it finished
+    step: int | None = None  # the last step of that window (the first loop's)
+    checkpoint: str = ""  # the checkpoint written at that step ("" where the loop has none)
+    released: float | None = None  # into the run, when the worker was told to leave
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "loops": list(self.loops)}
+
+
+@dataclass(frozen=True)
 class RunTotals:
     ops: int
     tasks: int  # Dask tasks submitted
@@ -239,6 +248,7 @@ class RunReport:
     # sweep -> its params, each copy (id, values, device, wave, start, stop, status) and its devices' packing
     sweeps: Mapping[str, Any] = field(default_factory=dict)
     losses: tuple[DeviceLoss, ...] = ()  # device workers lost during the run, and what the run did
+    drains: tuple[Drain, ...] = ()  # device workers drained on notice (execute.draining)
 
     @property
     def placement(self) -> dict[str, dict[str, int]]:
@@ -261,6 +271,7 @@ class RunReport:
                 "granularity": self.granularity, "loops": dict(self.loops),
                 "loop_steps": dict(self.loop_steps), "transport": self.transport, "sweeps": dict(self.sweeps),
                 "transfers": [t.as_dict() for t in self.transfers], "losses": [loss.as_dict() for loss in self.losses],
+                "drains": [drain.as_dict() for drain in self.drains],
                 "params": [p.as_dict() for p in self.params]}
 
 

@@ -38,6 +38,7 @@ LOG_TOPIC = "orchestrator-log"
 # start of each op of a sweep's copy (which copies a lost worker was running: execute.losses)
 DEVICE_TOPIC = "orchestrator-device"
 COPY_TOPIC = "orchestrator-copy-started"
+DRAIN_TOPIC = "orchestrator-drain"  # a launcher's drain on notice, and the runs' answers (execute.draining)
 RUNTIME_ATTRIBUTE = "orchestrator_runtime"
 DEVICE_METRIC = "orchestrator"  # the Dask worker metric (in each heartbeat) the run's live page reads
 MAX_SAMPLES = 64  # sampled step timelines kept per loop and device in one run
