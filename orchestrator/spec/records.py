@@ -256,6 +256,9 @@ class RunOptions:
     on_device_lost: str = "fail"
     tensorboard: str | None = None  # run.tensorboard, run.mlflow: folders under the output directory (docs/tracking.md)
     mlflow: str | None = None
+    # ``run.retry_on``: the exception types (names, or module.names) worth retrying; any other fails its op at
+    # once. Empty: every exception is retried, up to the op's ``retries`` (Dask's own retries).
+    retry_on: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

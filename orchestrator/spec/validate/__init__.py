@@ -91,7 +91,8 @@ def _validate(doc: Document, without: Collection[str] = ()) -> tuple[Spec | None
                      int(raw_run.get("retries", 0)), c.seconds(raw_run.get("timeout"), ("run", "timeout")),
                      c.seconds(raw_run.get("no_workers_timeout", 5), ("run", "no_workers_timeout")) or 5.0,
                      str(raw_run.get("on_device_lost", ON_DEVICE_LOST[0])),
-                     tensorboard=raw_run.get("tensorboard"), mlflow=raw_run.get("mlflow"))
+                     tensorboard=raw_run.get("tensorboard"), mlflow=raw_run.get("mlflow"),
+                     retry_on=tuple(map(str, raw_run.get("retry_on") or ())) if isinstance(raw_run.get("retry_on"), list) else ())
     check_on_device_lost(c, run)
     if c.too_big:  # a cluster too big to build: nothing later can be checked against it
         return None, sorted(c.diags, key=lambda d: (d.severity != "error", d.line, d.column))
