@@ -152,8 +152,11 @@ class Drains:
         was not drained."""
         with self.lock:
             drain = self.done.get(device)
-        if drain is None or drain.released is None:
+        if drain is None:
             return ""
+        if drain.released is None:
+            return (f"{device} was drained on notice and left at its deadline, before the window in flight there "
+                    "was finished and checkpointed (a longer orchestrate worker --drain-timeout lets it finish)")
         if drain.checkpoint:
             resume = f"; its checkpoint at step {drain.step} of loop '{drain.loops[0]}' is {drain.checkpoint}: " \
                      "run again with --resume to go on from there"

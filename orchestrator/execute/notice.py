@@ -47,7 +47,8 @@ async def drain(scheduler: str, connection_args: dict[str, Any], devices: Sequen
 
     end = time.monotonic() + deadline
     try:
-        async with rpc(scheduler, timeout=max(1.0, deadline), connection_args=connection_args) as remote:
+        # (a scheduler gone answers at once, or never: a connect is given a share of the deadline only)
+        async with rpc(scheduler, timeout=min(max(1.0, deadline / 2), 10.0), connection_args=connection_args) as remote:
             waited = await _wait_for_runs(remote, devices, task, deadline, end, again, echo)
             if again.is_set():
                 return f"{waited}; a second signal: leaving now"

@@ -209,7 +209,7 @@ async def _serve(selected: TaskWorkers, scheduler: str, host: str | None, securi
         for nanny in nannies:
             echo(f"started {nanny.name} at {nanny.worker_address}")
         echo(f"serving {len(nannies)} device worker{'s' if len(nannies) != 1 else ''} of {selected.task_name} "
-             f"for {scheduler}; Ctrl-C or SIGTERM stops them")
+             f"for {scheduler}; Ctrl-C stops them, SIGTERM drains them first")
         finished = asyncio.ensure_future(asyncio.gather(*(n.finished() for n in nannies)))
         waiter = asyncio.ensure_future(stop.wait())
         await asyncio.wait([finished, waiter], return_when=asyncio.FIRST_COMPLETED)
