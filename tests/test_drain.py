@@ -126,6 +126,7 @@ def check_drained_and_equal(tmp_path: Path, out: str) -> None:
     [loss] = report["losses"]
     assert loss["device"] == DRAINED and loss["outcome"] == "restarted; redone", loss
     assert loss["values"] == 0, loss  # nothing it had finished was computed again: its values moved away
+    assert drain["redone"] == loss["steps"], (drain, loss)
     if loss["steps"] is not None:  # what it had queued or running: only the windows after the one read
         assert loss["steps"][0] >= step, (loss, step)
         assert loss["steps"][1] < step + 2 * WINDOW, (loss, step)

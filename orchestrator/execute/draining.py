@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from ..plan.records import Plan
 from ..runtime import DRAIN_TOPIC
 from ..spec.records import Loop
-from .records import Drain
+from .records import DeviceLoss, Drain
 
 FLUSH_SECONDS = 10.0  # how long a drain's checkpoint may take to be written before the worker is let go
 
@@ -167,9 +168,12 @@ class Drains:
         return (f"{device} was drained on notice{resume} (set run.on_device_lost: wait to have a new worker of its "
                 "task go on instead)")
 
-    def records(self) -> tuple[Drain, ...]:
+    def records(self, losses: Sequence[DeviceLoss] = ()) -> tuple[Drain, ...]:
+        """The drains, each with the steps run again after it (those of its device's loss that followed)."""
         with self.lock:
-            return tuple(sorted(self.done.values(), key=lambda d: d.seconds))
+            drains = sorted(self.done.values(), key=lambda d: d.seconds)
+        return tuple(replace(d, redone=next((loss.steps for loss in losses if loss.device == d.device
+                                             and loss.seconds >= d.seconds), None)) for d in drains)
 
     def close(self) -> None:
         try:

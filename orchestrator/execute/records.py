@@ -195,9 +195,10 @@ class Drain:
     step: int | None = None  # the last step of that window (the first loop's)
     checkpoint: str = ""  # the checkpoint written at that step ("" where the loop has none)
     released: float | None = None  # into the run, when the worker was told to leave
+    redone: tuple[int, int] | None = None  # the loop steps it held when it left, run again elsewhere (its loss's)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "loops": list(self.loops)}
+        return {**self.__dict__, "loops": list(self.loops), "redone": list(self.redone) if self.redone else None}
 
 
 @dataclass(frozen=True)

@@ -391,7 +391,7 @@ class Runner:
                          transfers=tuple(sorted(transfers, key=lambda t: t.start)), params=self.spec.params,
                          loop_steps=step_pictures(worker.get("samples", {}) for worker in drained.values()),
                          transport=transport(self.loop_modes, self.links), losses=tuple(self.losses.decided) if self.losses else (),
-                         drains=self.drains.records() if self.drains else ())
+                         drains=self.drains.records(self.losses.decided if self.losses else ()) if self.drains else ())
 
 def run_plan(plan: Plan, settings: RunSettings | None = None, echo: Echo | None = None) -> RunResult:
     return Runner(plan, settings or RunSettings(), echo or (lambda text: print(text, flush=True))).run()
