@@ -76,3 +76,61 @@ def test_without_retry_on_every_exception_is_retried(tmp_path: Path, capsys: pyt
     code, attempts, err = run(tmp_path, "", capsys)
     assert code == 0, err
     assert attempts == 3
+
+
+# --------------------------------------------------------------------------- run.recover_on_exit_codes
+
+DYING = '''
+import os
+
+def dies(x, xp, counter=""):
+    with open(counter, "a") as f:
+        f.write("x\\n")
+    if len(open(counter).read().split()) == 1:  # its first run: the worker's process exits with code 3
+        os._exit(3)
+    return x * 2.0
+'''
+
+DYING_SPEC = """\
+version: 1
+run: {{retries: 1, recover_on_exit_codes: {codes}}}
+graph:
+  - {{name: a, op: ones, shape: [3]}}
+  - {{name: b, op: call, fn: "dying_fns:dies", inputs: [a], params: {{counter: "{counter}"}}}}
+outputs: {{b: b.npy}}
+"""
+
+
+def run_dying(tmp_path: Path, codes: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, int, str, str]:
+    """(exit code, attempts, stdout, stderr) of a run whose op's worker process exits with code 3 once."""
+    (tmp_path / "dying_fns.py").write_text(DYING)
+    counter = tmp_path / "attempts"
+    spec = tmp_path / "dying.yaml"
+    spec.write_text(DYING_SPEC.format(codes=codes, counter=counter))
+    out = io.StringIO()
+    code = run_cli(["run", str(spec), "--output-dir", str(tmp_path / "out"), "--no-progress"], out=out)
+    return code, len(counter.read_text().split()), out.getvalue(), capsys.readouterr().err
+
+
+def test_a_worker_exit_code_listed_is_recovered_from(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, attempts, out, err = run_dying(tmp_path, "[3]", capsys)
+    assert code == 0, out + err
+    assert attempts == 2  # the restarted worker ran it again
+    assert "/job:localhost/replica:0/task:0/device:CPU:0's worker was lost and restarted; Dask redid its work " \
+           "(retries: 1)" in out, out
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "b.npy"), np.full(3, 2.0))
+
+
+def test_a_worker_exit_code_not_listed_ends_the_run_in_one_line(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """retries: 1 would have the worker restarted and the op run again; exit code 3 is not listed: the run ends."""
+    code, attempts, out, err = run_dying(tmp_path, "[4, -9]", capsys)
+    assert code == 1
+    assert attempts == 1, "an exit recover_on_exit_codes does not list was recovered from"
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: lost /job:localhost/replica:0/task:0/device:CPU:0: its worker's process "
+                               "(process "), err
+    assert lines[0].endswith(") exited with code 3, which run.recover_on_exit_codes does not list (4, -9): "
+                             "not recovered from"), err
+    assert not (tmp_path / "out" / "b.npy").exists()

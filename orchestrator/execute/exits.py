@@ -43,6 +43,8 @@ class ExitCodes:
     def setup(self, nanny: Any) -> None:
         def said(handler: Any) -> Any:
             def exited(exitcode: Any) -> Any:
+                if not str(nanny.status).endswith("running"):  # closing: an exit asked for, nobody to tell
+                    return handler(exitcode)
                 try:
                     nanny.log_event(EXIT_TOPIC, {"device": str(nanny.name), "address": str(nanny.worker_address),
                                                  "pid": _pid(nanny), "exitcode": exitcode})
@@ -64,8 +66,9 @@ class ExitCodes:
 
 
 def _pid(nanny: Any) -> int:
+    """The exited process's id, where the nanny still knows it (Dask forgets it before the exit is handled)."""
     try:
-        return int(nanny.pid or 0)
+        return int(getattr(getattr(nanny.process, "process", None), "pid", 0) or 0)
     except Exception:
         return 0
 
@@ -81,12 +84,15 @@ def register(client: Any) -> None:
 class ExitWatch:
     """The exit codes the nannies said (handler on the client's event loop; read on the driver's thread)."""
 
-    def __init__(self, client: Any, codes: Sequence[int]):
+    def __init__(self, client: Any, codes: Sequence[int], pids: Mapping[str, int] | None = None):
         self.client, self.codes = client, tuple(codes)
+        self.pids = pids if pids is not None else {}  # worker address -> its process, as it said when it joined
         self.lock = threading.Lock()
         self.heard: dict[str, tuple[int, int]] = {}  # worker address -> (exit code, pid)
         self.failed: dict[str, str] = {}  # device -> its one line, for an exit not worth recovering from
-        client.subscribe_topic(EXIT_TOPIC, self._heard)
+        if self.codes:  # (without the key every exit is recovered from, as retries and on_device_lost say)
+            client.subscribe_topic(EXIT_TOPIC, self._heard)
+            register(client)
 
     def _heard(self, event: tuple[float, Any]) -> None:
         said = event[1]
@@ -97,6 +103,8 @@ class ExitWatch:
     def recoverable(self, address: str, device: str) -> bool:
         """Is the exit of the worker at ``address`` worth recovering from? Waits a little for its code; none
         (a lost machine) is."""
+        if not self.codes:
+            return True
         deadline = time.monotonic() + EXIT_WAIT_SECONDS
         while True:
             with self.lock:
@@ -106,8 +114,9 @@ class ExitWatch:
             time.sleep(0.05)
         if code is None or code[0] in self.codes:
             return True
-        listed = ", ".join(map(str, self.codes))
-        self.failed[device] = (f"lost {device}: its worker's process (process {code[1]}) exited with code {code[0]}, "
+        listed, pid = ", ".join(map(str, self.codes)), code[1] or self.pids.get(address, 0)
+        process = f" (process {pid})" if pid else ""
+        self.failed[device] = (f"lost {device}: its worker's process{process} exited with code {code[0]}, "
                                f"which run.recover_on_exit_codes does not list ({listed}): not recovered from")
         return False
 
@@ -115,6 +124,8 @@ class ExitWatch:
         return self.failed.get(device, "")
 
     def close(self) -> None:
+        if not self.codes:
+            return
         try:
             self.client.unsubscribe_topic(EXIT_TOPIC)
         except Exception:  # a client whose scheduler is gone

@@ -57,6 +57,7 @@ from .losses import LossWatch, Losses, redo_policy
 from .waiting import Waiter, dask_error
 from .steps import loop_curves, loop_spans, step_pictures, transport
 from .draining import Drains
+from .exits import ExitWatch
 
 Echo = Callable[[str], None]
 
@@ -83,6 +84,7 @@ class Runner:
         self.losses: Losses | None = None  # device workers lost during the run (execute.losses)
         self.waiter: Waiter | None = None
         self.drains: Drains | None = None  # device workers drained on notice (execute.draining)
+        self.exits: ExitWatch | None = None  # their processes' exit codes, with run.recover_on_exit_codes
         self.loop_modes: dict[str, str] = {}
         self.loop_outcomes: dict[str, LoopOutcome] = {}  # loop -> how it began and ended
         self.search_outcomes: dict[str, SearchOutcome] = {}  # sweep -> its copies' loops: decisions, ends, curves
@@ -156,7 +158,7 @@ class Runner:
                             raise watch.error() from None
                         raise
             finally:
-                for watching in (self.losses, self.drains):
+                for watching in (self.losses, self.drains, self.exits):
                     if watching is not None:
                         watching.close()
                 if self.cache is not None:  # what finished is written even when the run failed (for --resume)
@@ -204,8 +206,9 @@ class Runner:
     def watch_losses(self, retries: int) -> None:
         """From now on a lost device worker is seen (Dask's events) and decided when the run next waits."""
         watch = LossWatch(self.client, [d.name for d in self.spec.cluster.devices])
-        self.drains = Drains(self.client, self.plan, self.token, self.echo)
-        self.losses = Losses(self.plan, self.token, retries, watch, self, self.echo, self.why_redone, self.drains.failed_line)
+        self.drains, self.exits = drains, exits = (Drains(self.client, self.plan, self.token, self.echo), ExitWatch(self.client, self.spec.run.recover_on_exit_codes, watch.pids))
+        self.losses = Losses(self.plan, self.token, retries, watch, self, self.echo, self.why_redone,
+                             lambda device: drains.failed_line(device) or exits.failed_line(device), exits.recoverable)
         self.waiter = Waiter(self.client, self.losses)
 
     def open_cache(self) -> CacheUse | None:

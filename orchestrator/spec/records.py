@@ -259,6 +259,7 @@ class RunOptions:
     # ``run.retry_on``: the exception types (names, or module.names) worth retrying; any other fails its op at
     # once. Empty: every exception is retried, up to the op's ``retries`` (Dask's own retries).
     retry_on: tuple[str, ...] = ()
+    recover_on_exit_codes: tuple[int, ...] = ()  # a lost device worker's process exits worth recovering from (all: ())
 
 
 @dataclass(frozen=True)
