@@ -323,13 +323,14 @@ def worker_commands(spec: Spec, selected: TaskWorkers, scheduler: str, tls: Mapp
 
 def serve_worker(spec: Spec, selected: TaskWorkers, scheduler: str, tls: Mapping[str, str | None], *,
                  host: str | None = None, timeout: float = 30.0, echo: Callable[[str], None] = print,
-                 warn: Callable[[str], None] = print, verbose: bool = False) -> int:
-    """Start the task's device workers, connected to ``scheduler``; serve until a signal. The exit code."""
+                 warn: Callable[[str], None] = print, verbose: bool = False, drain_timeout: float = 25.0) -> int:
+    """Start the task's device workers, connected to ``scheduler``; serve until a signal (SIGTERM: the devices
+    drain first, within ``drain_timeout`` seconds). The exit code."""
     from .execute import make_security, scheduler_address, serve_task, tls_files
 
     files = tls_files(spec.cluster.tls, spec.document.directory, tls.get("ca_file"), tls.get("cert"), tls.get("key"))
     return serve_task(selected, scheduler_address(scheduler, files), host=host, security=make_security(files),
-                      timeout=timeout, echo=echo, warn=warn, verbose=verbose)
+                      timeout=timeout, echo=echo, warn=warn, verbose=verbose, drain_timeout=drain_timeout)
 
 
 def render_run_report(path: str | os.PathLike[str]) -> str:

@@ -211,8 +211,10 @@ def cmd_worker(args: argparse.Namespace, out: TextIO) -> int:
         sys.stderr.write(text + "\n")
         sys.stderr.flush()
 
+    if not args.drain_timeout >= 0:
+        raise UsageError(f"orchestrate worker: --drain-timeout must be 0 or more seconds, got {args.drain_timeout:g}")
     return api.serve_worker(spec, selected, address, tls, host=args.host, timeout=args.timeout, echo=echo,
-                            warn=warn, verbose=args.debug)
+                            warn=warn, verbose=args.debug, drain_timeout=args.drain_timeout)
 
 
 def cmd_cache(args: argparse.Namespace, out: TextIO) -> int:

@@ -162,7 +162,8 @@ def _add_worker(sub: Any, handlers: Handlers) -> None:
                                    "(CPU:0 and each GPU or virtual GPU), named by the canonical device string, "
                                    "with the identity resources, memory limit, threads and visible GPUs the "
                                    "embedded cluster would give it, connected to a running scheduler. Serves "
-                                   "until Ctrl-C or SIGTERM. See docs/clusters.md.")
+                                   "until Ctrl-C, or SIGTERM (a notice: the devices drain first). See "
+                                   "docs/clusters.md.")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--job", required=True, metavar="NAME", help="the job of the task (a key of cluster.jobs)")
     p.add_argument("--task", required=True, type=int, metavar="N", help="the task index within the job")
@@ -176,6 +177,10 @@ def _add_worker(sub: Any, handlers: Handlers) -> None:
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                    help="how long to try to reach the scheduler, and how long the workers' start may go "
                         "without progress (default 30; ten times that at most)")
+    p.add_argument("--drain-timeout", type=float, default=25.0, metavar="SECONDS",
+                   help="on SIGTERM, how long the devices may take to finish the window in flight, be "
+                        "checkpointed and retire before the workers leave anyway (default 25: Kubernetes' 30 s "
+                        "grace period less 5 s to close; 0: leave at once)")
     p.add_argument("--dask-commands", action="store_true",
                    help="print the equivalent 'dask worker' command of each device and exit "
                         "(for dask-jobqueue, dask-kubernetes, dask-cuda)")

@@ -145,7 +145,7 @@ class GraphBuilder:
                 resources = resources_for(device) if slots is None else slot_resources(device, slots)
                 self._resources_of[device] = resources
             self.resources[key] = resources
-        self.retries[key] = n_retries
+        self.retries[key] = 0 if self.spec.run.retry_on else n_retries  # (retry_on: the op retries in place)
         self.owner[key] = op
         if self.step is not None:
             self.steps[key] = self.step
@@ -327,7 +327,8 @@ class GraphBuilder:
             op.name, op.kind, params, len(op.inputs), self.token, step, op.input_keys,
             op.timeout if op.timeout is not None else self.default_timeout, self.log,
             self.base_dir if needs_dir else "", op.outputs, indices if indices.count(None) != len(indices) else (),
-            copy_role(op), op.scope.indices, self.marks.get(op.name, ()))
+            copy_role(op), op.scope.indices, self.marks.get(op.name, ()),
+            (op.retries or self.spec.run.retries) if self.spec.run.retry_on else 0, self.spec.run.retry_on)
 
     def to_host(self, value: Located, ref: OpRef) -> str:
         value = self.materialize(value, ref)

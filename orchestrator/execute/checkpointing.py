@@ -128,6 +128,11 @@ class CheckpointWriter:
 
         self._pending.append(self._pool.submit(write))
 
+    def flush(self, timeout: float) -> str:
+        """Wait for the writes under way (at most ``timeout`` seconds); the newest file written, or ""."""
+        concurrent.futures.wait(self._pending, timeout=timeout)
+        return self.written[-1] if self.written else ""
+
     def clean(self, store: Checkpoints, loop: Loop) -> None:
         """Before a loop's first write of the run: the temporaries that writes killed midway left behind."""
         removed = store.clean(loop.name)

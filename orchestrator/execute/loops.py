@@ -39,7 +39,9 @@ from ..plan.records import Plan
 from ..spec.records import Loop, OpRef
 from ..ops import lookup
 from .caching import CacheUse
+from .cadence import checkpoint_due, improves
 from .checkpointing import CheckpointWriter
+from .draining import Drains
 from .training import TrainingLoop
 from .halving import CopyLoops, copy_loops, group_search
 from .records import LoopOutcome, SearchOutcome
@@ -75,6 +77,7 @@ class StagedRun(RunValues):
     output_ops: set[str] = field(default_factory=set)
     cache: CacheUse | None = None
     checkpoints: CheckpointWriter | None = None
+    drains: Drains | None = None  # drains on notice: a loop's window in flight there is read and checkpointed
     metric_files: MetricFiles | None = None  # metric CSVs written as windows are read
     tracks: Tracks | None = None  # --tensorboard, --mlflow: fed as the metric CSVs are
     say: Callable[[str], None] | None = None  # the run's echo (resumed loops, checkpoints not used)
@@ -268,8 +271,10 @@ class StagedRun(RunValues):
                 del self.held[key]
             self.submitter.loop_progress(loop.name, step + 1, loop.steps)
             training.track()  # (its steps are stages of their own: a step's metrics are on the client already)
-            if training.checkpoint_due(step + 1) and training.improves({}):
-                training.save(step + 1, carried, self.held)
+            if checkpoint_due(loop, step + 1):
+                better, training.monitored = improves(loop, {}, series, training.monitored)
+                if better:
+                    training.save(step + 1, carried, self.held)
         self.outcomes[loop.name] = replace(training.outcome, steps_run=loop.steps - begin)
         return LoopState(carried, state.known, state.outer_moves)
 

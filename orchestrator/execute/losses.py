@@ -195,6 +195,8 @@ class Losses:
     keys: Keys
     echo: Callable[[str], None]
     why_redone: str = ""  # what asked for the redo: "retries: N" or "on_device_lost: wait"
+    drained: Callable[[str], str] = lambda device: ""  # its one line, if drained on notice or its exit not recoverable
+    recoverable: Callable[[str, str], bool] = lambda address, device: True  # its exit code (execute.exits)
 
     def __post_init__(self) -> None:
         self.began = time.time()
@@ -243,12 +245,12 @@ class Losses:
                 self.decide(removal, device)
 
     def decide(self, removal: Removal, device: str) -> None:
-        action = self.policy(removal)
+        action = self.policy(removal) if self.recoverable(removal.address, device) else "fail"
         loss = self.describe(removal, device)
         self.seen.update(removal.held)
         if action == "fail":
             self.decided.append(replace(loss, outcome="failed the run"))
-            raise DeviceLost(device, failed_line(loss))
+            raise DeviceLost(device, self.drained(device) or failed_line(loss))
         if action == "redo":
             self.decided.append(replace(loss, outcome="restarted; redone"))
             self.untold.append((loss, self.watch.joins.get(device, 0)))

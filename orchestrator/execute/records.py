@@ -48,8 +48,7 @@ class RunSettings:
     use_cache: bool = True  # False: neither read nor write the cache (--no-cache)
     cache_dir: str | None = None  # None: .orchestrate/cache beside the spec
     resume: bool = False  # reuse every entry there is, and write every value (a run killed midway resumes)
-    # a re-planned run's loops resume from the checkpoints of these revisions (loop -> the full plan's)
-    resume_revisions: Mapping[str, Any] | None = None
+    resume_revisions: Mapping[str, Any] | None = None  # a re-planned run's loops: the full plan's checkpoints
     cache_files: str = "stat"  # a loaded file's part of a key: "stat" (size, modification time) or "hash"
     sync: bool = False  # every op in this process, in plan order, with no cluster (--sync; docs/running.md)
     tensorboard: str | None = None  # a folder for TensorBoard event files of the loops' metrics (docs/tracking.md)
@@ -121,14 +120,8 @@ class OpRecord:
                                "worker": self.worker, "start": self.start, "duration": self.duration,
                                "output_bytes": self.output_bytes, "retries": self.retries, "runs": self.runs,
                                "why": self.why}
-        if self.end is not None:
-            out["end"] = self.end
-        if self.note:
-            out["note"] = self.note
-        if self.cache:
-            out["cache"] = self.cache
-        if self.error:
-            out["error"] = self.error
+        extra = {"end": self.end, "note": self.note, "cache": self.cache, "error": self.error}  # only when there
+        out.update((key, value) for key, value in extra.items() if value is not None and value != "")
         return out
 
 
@@ -196,6 +189,22 @@ class DeviceLoss:
 
 
 @dataclass(frozen=True)
+class Drain:
+    """A device worker drained on notice (``execute.draining``): the window its loops finished, the checkpoint."""
+
+    device: str
+    seconds: float  # into the run, when the notice reached the client
+    loops: tuple[str, ...] = ()  # the loops whose window in flight there it finished
+    step: int | None = None  # the last step of that window (the first loop's)
+    checkpoint: str = ""  # the checkpoint written at that step ("" where the loop has none)
+    released: float | None = None  # into the run, when the worker was told to leave
+    redone: tuple[int, int] | None = None  # the loop steps it held when it left, run again elsewhere (its loss's)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "loops": list(self.loops), "redone": list(self.redone) if self.redone else None}
+
+
+@dataclass(frozen=True)
 class RunTotals:
     ops: int
     tasks: int  # Dask tasks submitted
@@ -205,8 +214,7 @@ class RunTotals:
     bytes_exchanged: int = 0  # of which sent worker to worker by loop windows (not through Dask's transfers)
 
     def as_dict(self) -> dict[str, int]:
-        return {"ops": self.ops, "tasks": self.tasks, "bytes_moved": self.bytes_moved, "moves": self.moves,
-                "transfers_seen": self.transfers_seen, "bytes_exchanged": self.bytes_exchanged}
+        return dict(self.__dict__)
 
 
 RUN_REPORT_FORMAT = 1
@@ -243,6 +251,7 @@ class RunReport:
     # sweep -> its params, each copy (id, values, device, wave, start, stop, status) and its devices' packing
     sweeps: Mapping[str, Any] = field(default_factory=dict)
     losses: tuple[DeviceLoss, ...] = ()  # device workers lost during the run, and what the run did
+    drains: tuple[Drain, ...] = ()  # device workers drained on notice (execute.draining)
 
     @property
     def placement(self) -> dict[str, dict[str, int]]:
@@ -265,6 +274,7 @@ class RunReport:
                 "granularity": self.granularity, "loops": dict(self.loops),
                 "loop_steps": dict(self.loop_steps), "transport": self.transport, "sweeps": dict(self.sweeps),
                 "transfers": [t.as_dict() for t in self.transfers], "losses": [loss.as_dict() for loss in self.losses],
+                "drains": [drain.as_dict() for drain in self.drains],
                 "params": [p.as_dict() for p in self.params]}
 
 

@@ -55,7 +55,9 @@ from .accounting import device_records, op_records, verify
 from .watch import SchedulerWatch, tell_workers, wait_forever
 from .losses import LossWatch, Losses, redo_policy
 from .waiting import Waiter, dask_error
-from .steps import loop_curves, loop_spans, step_pictures
+from .steps import loop_curves, loop_spans, step_pictures, transport
+from .draining import Drains
+from .exits import ExitWatch
 
 Echo = Callable[[str], None]
 
@@ -81,6 +83,8 @@ class Runner:
         self.gang_keys: set[str] = set()  # the parts of gang windows: never run again alone
         self.losses: Losses | None = None  # device workers lost during the run (execute.losses)
         self.waiter: Waiter | None = None
+        self.drains: Drains | None = None  # device workers drained on notice (execute.draining)
+        self.exits: ExitWatch | None = None  # their processes' exit codes, with run.recover_on_exit_codes
         self.loop_modes: dict[str, str] = {}
         self.loop_outcomes: dict[str, LoopOutcome] = {}  # loop -> how it began and ended
         self.search_outcomes: dict[str, SearchOutcome] = {}  # sweep -> its copies' loops: decisions, ends, curves
@@ -124,10 +128,11 @@ class Runner:
                 self.watch_losses(retries)
                 if cluster is None:  # counted where the GPU workers run
                     self.backend, self.backend_why = choose_backend(self.plan, requested, cuda_counter(cluster, client))
+                simulated = any(d.is_gpu for d in self.spec.cluster.devices) and not backend_entry(self.backend).hardware
                 link = client.dashboard_link if "dashboard" in client.scheduler_info().get("services", {}) else None
                 self.echo(f"running '{self.spec.name}' on {'an embedded' if cluster else 'a remote'} Dask cluster "
                           f"({len(self.spec.cluster.devices)} devices, GPU backend: {self.backend}"
-                          f"{' — simulated GPUs' if self._simulates_gpus() else ''}; "
+                          f"{' — simulated GPUs' if simulated else ''}; "
                           f"{self.backend_why})")
                 if link:
                     grouped = "op name" if self.task_names == "op" else "op kind"
@@ -153,8 +158,9 @@ class Runner:
                             raise watch.error() from None
                         raise
             finally:
-                if self.losses is not None:
-                    self.losses.close()
+                for watching in (self.losses, self.drains, self.exits):
+                    if watching is not None:
+                        watching.close()
                 if self.cache is not None:  # what finished is written even when the run failed (for --resume)
                     self.cache.finish(self.saves_settled)
                 if not self.saves_settled:  # the run failed or was stopped: every existing file stays as it was
@@ -200,11 +206,10 @@ class Runner:
     def watch_losses(self, retries: int) -> None:
         """From now on a lost device worker is seen (Dask's events) and decided when the run next waits."""
         watch = LossWatch(self.client, [d.name for d in self.spec.cluster.devices])
-        self.losses = Losses(self.plan, self.token, retries, watch, self, self.echo, self.why_redone)
+        self.drains, self.exits = drains, exits = (Drains(self.client, self.plan, self.token, self.echo), ExitWatch(self.client, self.spec.run.recover_on_exit_codes, watch.pids))
+        self.losses = Losses(self.plan, self.token, retries, watch, self, self.echo, self.why_redone,
+                             lambda device: drains.failed_line(device) or exits.failed_line(device), exits.recoverable)
         self.waiter = Waiter(self.client, self.losses)
-
-    def _simulates_gpus(self) -> bool:
-        return any(d.is_gpu for d in self.spec.cluster.devices) and not backend_entry(self.backend).hardware
 
     def open_cache(self) -> CacheUse | None:
         return open_for_run(self.plan, self.settings, self.base_dir, self.echo)
@@ -241,7 +246,7 @@ class Runner:
     def run_staged(self, staged: StagedRun) -> dict[str, Any]:
         """The values of a staged run (compiling and submitting window by window); says how each loop ran."""
         staged.checkpoints = writer_for(self.plan, self.settings, self.cache.keys if self.cache else None, self.echo)
-        staged.say = self.echo
+        staged.say, staged.drains = self.echo, self.drains
         if self.settings.write_outputs:
             staged.metric_files = MetricFiles(self.spec, self.output_dir)
         staged.tracks = Tracks(self.spec, self.settings, self.token, self.output_dir)  # fed as the CSVs are
@@ -388,12 +393,8 @@ class Runner:
                                 for name, mode in self.loop_modes.items()},
                          transfers=tuple(sorted(transfers, key=lambda t: t.start)), params=self.spec.params,
                          loop_steps=step_pictures(worker.get("samples", {}) for worker in drained.values()),
-                         transport=self._transport(), losses=tuple(self.losses.decided) if self.losses else ())
-
-    def _transport(self) -> str:
-        if not any(mode.startswith("gang") for mode in self.loop_modes.values()):
-            return ""
-        return "links" if self.links else "dask-comms"
+                         transport=transport(self.loop_modes, self.links), losses=tuple(self.losses.decided) if self.losses else (),
+                         drains=self.drains.records(self.losses.decided if self.losses else ()) if self.drains else ())
 
 def run_plan(plan: Plan, settings: RunSettings | None = None, echo: Echo | None = None) -> RunResult:
     return Runner(plan, settings or RunSettings(), echo or (lambda text: print(text, flush=True))).run()

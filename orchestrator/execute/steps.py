@@ -166,3 +166,10 @@ def loop_curves(spec: Spec, client_values: Mapping[str, Any]) -> dict[str, dict[
         if curves:
             out[loop.name] = {"curves": curves}
     return out
+
+
+def transport(modes: Mapping[str, str], links: bool) -> str:
+    """How gang windows' values went between devices (the run report's ``transport``): "" without any."""
+    if not any(mode.startswith("gang") for mode in modes.values()):
+        return ""
+    return "links" if links else "dask-comms"

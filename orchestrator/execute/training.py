@@ -33,7 +33,9 @@ from ..compile.records import CompiledWindow, Located
 from ..ops.training import evaluation_steps
 from ..plan.records import Plan
 from ..spec.records import Loop
+from .cadence import checkpoint_due, improves
 from .checkpointing import CheckpointWriter
+from .draining import Drains
 from .outputs import MetricFiles
 from .records import LoopNews, LoopOutcome
 from .stopping import Judge
@@ -63,6 +65,8 @@ class Driver(Protocol):
     def metric_files(self) -> MetricFiles | None: ...
     @property
     def tracks(self) -> Tracks | None: ...
+    @property
+    def drains(self) -> Drains | None: ...
 
     def hold(self, futures: Mapping[str, Any]) -> None: ...
 
@@ -196,6 +200,8 @@ class TrainingLoop:
         wanted = [c.key for c in window.carried.values()] + [k for keys in window.metric_keys for k in keys] + \
             list(window.sink_keys) + list(window.persistent_moves.values())
         futures = d.submitter.submit(window.graph, wanted)
+        if first and d.drains is not None:
+            d.drains.begin(loop)
         d.hold({key: futures[key] for key in window.persistent_moves.values()})
         after = after_window(state, window)
         return _Submitted(window, futures, after, stop, self.evaluate(after, stop))
@@ -229,7 +235,9 @@ class TrainingLoop:
             scores[name] = float(np.asarray(values[str(ref)]))
             self.evaluations[name].append((sub.stop, scores[name]))
         shown = ", ".join(f"{k} {v:.4g}" for k, v in scores.items())
-        due = self.checkpoint_due(sub.stop)
+        drains = self.driver.drains
+        drain = drains is not None and drains.due(self.loop)  # a drain on notice waits for this window: checkpoint it
+        due = checkpoint_due(self.loop, sub.stop) or drain
         # a checkpoint's host states come with the metrics, in one gather: a gather of their own from a
         # worker busy with the next window cost ~5 ms each (10% of polyfit's loop at every 100 steps)
         fetch = due and not self.driver.options.host_outputs and self.driver.checkpoints is not None
@@ -246,36 +254,12 @@ class TrainingLoop:
         if reason is not None:
             self.outcome = replace(self.outcome, stopped_at_step=sub.stop, stop_reason=reason)
             return True
-        if due and self.improves(scores):
+        better, self.monitored = improves(self.loop, scores, self.series, self.monitored) if due else (False, self.monitored)
+        if due and (better or drain):
             self.save(sub.stop, sub.state.carried, {**sub.futures, **{k: _Ready(v) for k, v in got.items()}})
+        if drains is not None and drain:
+            drains.read(self.loop, sub.stop, self.driver.checkpoints if self.saved_at == sub.stop else None)
         return False
-
-    def checkpoint_due(self, step: int) -> bool:
-        """Is a checkpoint written after ``step``? Every ``every`` steps, the last step too, unless the loop
-        evaluates there only because it is the last (a longer run would not have: it could not go on from it)."""
-        checkpoint, evaluation, steps = self.loop.checkpoint, self.loop.evaluation, self.loop.steps
-        if checkpoint is None or step % checkpoint.every:
-            return False
-        return step < steps or (step == steps and (evaluation is None or steps % evaluation.every == 0))
-
-    def improves(self, scores: Mapping[str, float]) -> bool:
-        """With ``best_only``: does the watched metric beat every value checkpointed before (Keras's
-        ``save_best_only``; a tie or NaN does not)? Without it, always."""
-        checkpoint = self.loop.checkpoint
-        if checkpoint is None or not checkpoint.best_only or checkpoint.monitor is None:
-            return True
-        name = checkpoint.monitor
-        if name in scores:
-            value = float(scores[name])
-        elif self.series.get(name):
-            value = float(np.asarray(self.series[name][-1]))
-        else:
-            return False
-        best = self.monitored
-        if np.isnan(value) or (best is not None and not (value > best if checkpoint.mode == "max" else value < best)):
-            return False
-        self.monitored = value
-        return True
 
     def keep_best(self, sub: _Submitted) -> None:
         """Hold the new best evaluation's states on the cluster, and let the previous best's go."""
@@ -289,6 +273,8 @@ class TrainingLoop:
     def finish(self, last: _Submitted) -> LoopState:
         """The loop's final state: its last window's (or, with ``restore_best``, the best evaluation's)."""
         state = last.state
+        if self.driver.drains is not None:
+            self.driver.drains.end(self.loop)
         self.driver.hold({c.key: last.futures[c.key] for c in state.carried.values()})
         if self.best is not None:
             state = replace(state, carried=self.best.carried)

@@ -12,8 +12,9 @@ Lifecycle: reach the scheduler (or fail after ``timeout`` seconds), wait for
 it to forget workers of the same names (a crashed earlier run of this task),
 start the workers (for as long as their processes show progress,
 :mod:`.starting`: a busy machine's slow start is not a stuck one) and print
-one line per device, then serve until SIGINT or SIGTERM (closing the workers
-cleanly, exit 0) or until the workers stop on their own (the scheduler
+one line per device, then serve until SIGINT (closing the workers cleanly,
+exit 0), SIGTERM (a notice: the devices drain first, :mod:`.notice`, then
+close; exit 0) or until the workers stop on their own (the scheduler
 closed them or went away: exit 1). The worker processes ignore SIGINT
 (:func:`dask_setup`, a Dask preload): Ctrl-C reaches the whole process
 group, and the launcher closes them. Nothing here calls
@@ -42,6 +43,7 @@ from ..errors import UsageError
 from ..spec.records import Cluster, Device
 from ..runtime import worker_resources
 from .cluster import worker_env, worker_options
+from .notice import DRAIN_SECONDS, drain
 from .security import refused
 from .starting import CAPPED, QUIET, Progress, cpu_seconds, descendants
 
@@ -170,29 +172,33 @@ def _number(value: float) -> str:
 
 
 def serve_task(selected: TaskWorkers, scheduler: str, *, host: str | None = None, security: Any = None,
-               timeout: float = 30.0, echo: Echo = print, warn: Echo = print, verbose: bool = False) -> int:
+               timeout: float = 30.0, echo: Echo = print, warn: Echo = print, verbose: bool = False,
+               drain_timeout: float = DRAIN_SECONDS) -> int:
     """Start the task's device workers and serve until a signal; the exit code (0 after a signal).
 
-    Dask's own logging is silenced (our lines say what happens) unless ``verbose``.
+    Dask's own logging is silenced (our lines say what happens) unless ``verbose``. SIGTERM drains the devices
+    within ``drain_timeout`` seconds first (0: no drain).
     """
     from distributed.utils import silence_logging_cmgr
 
     if verbose:
-        return asyncio.run(_serve(selected, scheduler, host, security, timeout, echo, warn, logging.INFO))
+        return asyncio.run(_serve(selected, scheduler, host, security, timeout, echo, warn, logging.INFO,
+                                  drain_timeout))
     with silence_logging_cmgr(logging.CRITICAL), silence_logging_cmgr(logging.CRITICAL, root="bokeh"):
-        return asyncio.run(_serve(selected, scheduler, host, security, timeout, echo, warn, logging.CRITICAL))
+        return asyncio.run(_serve(selected, scheduler, host, security, timeout, echo, warn, logging.CRITICAL,
+                                  drain_timeout))
 
 
 async def _serve(selected: TaskWorkers, scheduler: str, host: str | None, security: Any, timeout: float,
-                 echo: Echo, warn: Echo, log_level: int) -> int:
+                 echo: Echo, warn: Echo, log_level: int, drain_timeout: float) -> int:
     connection_args = security.get_connection_args("worker") if security is not None else {}
     problem = await _check_scheduler(selected, scheduler, connection_args, timeout, echo, security is not None)
     if problem:
         warn(f"error: {problem}")
         return EXIT_FAILED
-    stop = asyncio.Event()
+    stop, again = asyncio.Event(), asyncio.Event()  # a signal; a second one (leave now)
     received: list[str] = []
-    with _signals_set(stop, received):
+    with _signals_set(stop, received, again):
         nannies, problem = await _start(selected, scheduler, host, security, timeout, log_level, stop)
         if problem:
             warn(f"error: cannot start the workers of {selected.task_name}: {problem}")
@@ -203,11 +209,15 @@ async def _serve(selected: TaskWorkers, scheduler: str, host: str | None, securi
         for nanny in nannies:
             echo(f"started {nanny.name} at {nanny.worker_address}")
         echo(f"serving {len(nannies)} device worker{'s' if len(nannies) != 1 else ''} of {selected.task_name} "
-             f"for {scheduler}; Ctrl-C or SIGTERM stops them")
+             f"for {scheduler}; Ctrl-C stops them, SIGTERM drains them first")
         finished = asyncio.ensure_future(asyncio.gather(*(n.finished() for n in nannies)))
         waiter = asyncio.ensure_future(stop.wait())
         await asyncio.wait([finished, waiter], return_when=asyncio.FIRST_COMPLETED)
         if waiter.done():
+            if received[0] == "SIGTERM" and drain_timeout > 0:
+                how = await drain(scheduler, connection_args, [n.name for n in nannies], selected.task_name,
+                                  drain_timeout, again, echo)
+                echo(f"drained {selected.task_name}: {how}")
             echo(f"stopping the workers of {selected.task_name} ({received[0]})")
             await _close(nannies, f"signal-{received[0]}")
             await _cancel(finished)
@@ -346,14 +356,17 @@ async def _reap(processes: Sequence[Any]) -> None:
 
 
 @contextlib.contextmanager
-def _signals_set(stop: asyncio.Event, received: list[str]) -> Any:
-    """SIGINT and SIGTERM set ``stop`` (only possible in the main thread; elsewhere nothing is installed)."""
+def _signals_set(stop: asyncio.Event, received: list[str], again: asyncio.Event | None = None) -> Any:
+    """SIGINT and SIGTERM set ``stop``, and ``again`` from the second one on (only possible in the main thread;
+    elsewhere nothing is installed)."""
     loop = asyncio.get_running_loop()
     installed = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         def handler(sig: signal.Signals = sig) -> None:
             received.append(sig.name)
             stop.set()
+            if again is not None and len(received) > 1:
+                again.set()
         try:
             loop.add_signal_handler(sig, handler)
             installed.append(sig)

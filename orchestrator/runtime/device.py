@@ -29,6 +29,7 @@ from ..errors import OpFailedError, OpTimeoutError, OrchestratorError
 from ..ops import KernelError, lookup
 from ..ops.values import CopyFailed, failure_in
 from .exchange import Mailbox
+from .retrying import not_retried, retried
 from .tasks import OpTask
 from .links import Links
 from .usercode import WORKING_DIRECTORY, describe, user_origin
@@ -38,6 +39,7 @@ LOG_TOPIC = "orchestrator-log"
 # start of each op of a sweep's copy (which copies a lost worker was running: execute.losses)
 DEVICE_TOPIC = "orchestrator-device"
 COPY_TOPIC = "orchestrator-copy-started"
+DRAIN_TOPIC = "orchestrator-drain"  # a launcher's drain on notice, and the runs' answers (execute.draining)
 RUNTIME_ATTRIBUTE = "orchestrator_runtime"
 DEVICE_METRIC = "orchestrator"  # the Dask worker metric (in each heartbeat) the run's live page reads
 MAX_SAMPLES = 64  # sampled step timelines kept per loop and device in one run
@@ -263,7 +265,7 @@ def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], s
             raise
         if isinstance(exc, KernelError):  # the kernel's own account: the op, its device, the message
             raise OpFailedError(task.name, runtime.config.name, str(exc)) from None
-        raise OpFailedError(task.name, runtime.config.name, describe(exc, task.base_dir),
+        raise OpFailedError(task.name, runtime.config.name, describe(exc, task.base_dir) + not_retried(task, exc),
                             user_origin(exc.__traceback__, task.base_dir)) from None
     stop = time.time()
     runtime.record(task.run, task.name, "op", runtime.config.name, start, stop - start, _nbytes(value))
@@ -326,7 +328,11 @@ def _with_timeout(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step:
     thread, began = threading.get_ident(), time.perf_counter()
     runtime.running[thread] = task.name
     try:
-        return _bounded(task, runtime, inputs, step)
+        if not task.retry_on:
+            return _bounded(task, runtime, inputs, step)
+        return retried(task, lambda: _bounded(task, runtime, inputs, step), lambda began, exc: runtime.record(
+            task.run, task.name, "failed", runtime.config.name, began, time.time() - began, 0,
+            error=f"{type(exc).__name__}: {exc} (retried: run.retry_on)"))
     finally:
         runtime.running.pop(thread, None)
         runtime.busy += time.perf_counter() - began  # (no lock: two threads ending at once may lose one op's time)

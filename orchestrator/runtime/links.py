@@ -127,6 +127,13 @@ class Links:
 
     @book.setter
     def book(self, book: dict[str, Address]) -> None:
+        # a device listening elsewhere than at the last run (its worker restarted, or drained and replaced):
+        # the stream to its old self, and the word that that one closed, are not about the new one
+        for device in [d for d, peer in getattr(self, "_book", {}).items() if book.get(d) != peer]:
+            self.closed.pop(device, None)
+            old = self.outgoing.pop(device, None)
+            if old is not None:
+                old.close()
         self._book = book
         self._names = {name_digest(device): device for device in book}
 

@@ -29,6 +29,8 @@ class OpTask:
     # a sweep's gathering op: the copy of each input, then of each marker after them (a copy's last op, or
     # what copy_failed made of it beside it): an input of a copy whose marker is a CopyFailed is that CopyFailed
     copies_of: tuple[int, ...] = ()
+    retries: int = 0  # with ``retry_on``: how many times an exception of those types runs the op again, in place
+    retry_on: tuple[str, ...] = ()  # ``run.retry_on``: the exception types worth retrying (Dask then retries none)
 
     @staticmethod
     def from_values(*values: Any) -> OpTask:
@@ -41,7 +43,7 @@ class OpTask:
         # (a tiny op's payload: 115 bytes instead of 324, and a few microseconds less at every hop).
         head = (self.name, self.kind, self.params, self.n_inputs, self.run, self.step)
         tail = (self.input_keys, self.timeout, self.log, self.base_dir, self.outputs, self.input_index, self.copies,
-                self.stream, self.copies_of)
+                self.stream, self.copies_of, self.retries, self.retry_on)
         return _restore_op_task, (head if tail == _OP_TASK_DEFAULT_TAIL else head + tail,)
 
 

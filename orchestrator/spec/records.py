@@ -258,6 +258,10 @@ class RunOptions:
     replan_after: float = 20.0
     tensorboard: str | None = None  # run.tensorboard, run.mlflow: folders under the output directory (docs/tracking.md)
     mlflow: str | None = None
+    # ``run.retry_on``: the exception types (names, or module.names) worth retrying; any other fails its op at
+    # once. Empty: every exception is retried, up to the op's ``retries`` (Dask's own retries).
+    retry_on: tuple[str, ...] = ()
+    recover_on_exit_codes: tuple[int, ...] = ()  # a lost device worker's process exits worth recovering from (all: ())
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,19 @@ def validate(doc: Document, overrides: Mapping[str, Any] | None = None,
     return (replace(spec, params=resolved.params) if spec is not None else None), diags
 
 
+def _run_options(c: Checker, raw_run: Mapping[str, Any]) -> RunOptions:
+    """``run:`` as a record (its keys' types are the schema's to check: a wrong one is reported there)."""
+    retry_on, codes = raw_run.get("retry_on"), raw_run.get("recover_on_exit_codes")
+    return RunOptions(raw_run.get("output_dir"), bool(raw_run.get("allow_absolute_paths", False)),
+                      int(raw_run.get("retries", 0)), c.seconds(raw_run.get("timeout"), ("run", "timeout")),
+                      c.seconds(raw_run.get("no_workers_timeout", 5), ("run", "no_workers_timeout")) or 5.0,
+                      str(raw_run.get("on_device_lost", ON_DEVICE_LOST[0])),
+                      tensorboard=raw_run.get("tensorboard"), mlflow=raw_run.get("mlflow"),
+                      replan_after=c.seconds(raw_run.get("replan_after", 20), ("run", "replan_after")) or 20.0,
+                      retry_on=tuple(map(str, retry_on)) if isinstance(retry_on, list) else (),
+                      recover_on_exit_codes=tuple(x for x in codes if type(x) is int) if isinstance(codes, list) else ())
+
+
 def _validate(doc: Document, without: Collection[str] = ()) -> tuple[Spec | None, list[Diagnostic]]:
     schema_diags = check_schema(doc)
     if schema_diags:
@@ -86,13 +99,7 @@ def _validate(doc: Document, without: Collection[str] = ()) -> tuple[Spec | None
     if without:
         cluster = cluster.without(without)
     placement = build_placement(c, data.get("placement") or {}, cluster)
-    raw_run = data.get("run") or {}
-    run = RunOptions(raw_run.get("output_dir"), bool(raw_run.get("allow_absolute_paths", False)),
-                     int(raw_run.get("retries", 0)), c.seconds(raw_run.get("timeout"), ("run", "timeout")),
-                     c.seconds(raw_run.get("no_workers_timeout", 5), ("run", "no_workers_timeout")) or 5.0,
-                     str(raw_run.get("on_device_lost", ON_DEVICE_LOST[0])),
-                     tensorboard=raw_run.get("tensorboard"), mlflow=raw_run.get("mlflow"),
-                     replan_after=c.seconds(raw_run.get("replan_after", 20), ("run", "replan_after")) or 20.0)
+    run = _run_options(c, data.get("run") or {})
     if c.too_big:  # a cluster too big to build: nothing later can be checked against it
         return None, sorted(c.diags, key=lambda d: (d.severity != "error", d.line, d.column))
     expansion = expand(doc, data["graph"], cluster)

@@ -20,6 +20,9 @@ _PATTERN_PROBLEMS = {
     "\\.csv$": ("table path {} is not a .csv file", "a table is written as CSV: end its path in .csv, "
                                                      "e.g. results/search.csv"),
     "^.+\\..+$": ("{} is not LOOP.METRIC", "name a metric of the body's loop, e.g. train.loss"),
+    "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$": (
+        "{} is not an exception type's name", "name a class, e.g. ConnectionError, or module.Name, e.g. "
+                                              "requests.exceptions.Timeout"),
 }
 
 # Entries of these mappings and lists take their hints from the key holding them.

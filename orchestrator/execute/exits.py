@@ -1,0 +1,132 @@
+"""``run.recover_on_exit_codes``: which exits of a device worker's process are worth recovering from.
+
+Policy. A device worker whose process exits is lost; with ``retries`` or
+``run.on_device_lost: wait`` the run has its work redone on the worker its
+nanny restarts (``execute.losses``). Some exits are not worth it: a
+process that exits with the code of a bug will exit with it again. With
+``run.recover_on_exit_codes`` (SkyPilot's key) only the listed codes are
+recovered from; any other ends the run in one line naming the code. A
+signal's death is the negative signal number, as Python's
+``multiprocessing`` gives it (-9: SIGKILL, the kernel's OOM killer too). A
+worker lost without an exit code (its machine or network gone: nothing
+saw its process end) is recovered from as before.
+
+Who knows the code: only the process's nanny (Dask's ``Nanny``, in the
+embedded cluster and in ``orchestrate worker``). :class:`ExitCodes`, a
+nanny plugin the run registers, makes each nanny say it on
+:data:`EXIT_TOPIC` as it sees its process end, before it tells the
+scheduler (Dask's own ``Nanny._on_worker_exit``, which it then calls); the
+run hears it (:class:`ExitWatch`) and, deciding a loss, waits for it a
+little (:data:`EXIT_WAIT_SECONDS`: the scheduler may remove the worker on
+its connection's end first).
+
+State: the plugin keeps nothing; the watch keeps the codes heard (worker
+address -> (code, pid)).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+EXIT_TOPIC = "orchestrator-exit"  # a nanny's word on its worker process's exit code
+EXIT_WAIT_SECONDS = 5.0  # how long a loss's decision waits for the exit code (a lost machine never says one)
+
+
+class ExitCodes:
+    """A Dask nanny plugin: the nanny says its worker process's exit code before it handles the exit."""
+
+    name = "orchestrator-exit-codes"
+
+    def setup(self, nanny: Any) -> None:
+        def said(handler: Any) -> Any:
+            def exited(exitcode: Any) -> Any:
+                if not str(nanny.status).endswith("running"):  # closing: an exit asked for, nobody to tell
+                    return handler(exitcode)
+                try:
+                    nanny.log_event(EXIT_TOPIC, {"device": str(nanny.name), "address": str(nanny.worker_address),
+                                                 "pid": _pid(nanny), "exitcode": exitcode})
+                except Exception:  # (a nanny closing: the loss is decided without the code)
+                    pass
+                return handler(exitcode)
+            exited.orchestrator_exit = True  # type: ignore[attr-defined]
+            return exited
+
+        # the running process's callback, and the one each restart's process is given
+        if not getattr(nanny._on_worker_exit_sync, "orchestrator_exit", False):
+            nanny._on_worker_exit_sync = said(nanny._on_worker_exit_sync)
+        process = getattr(nanny, "process", None)
+        if process is not None and not getattr(process.on_exit, "orchestrator_exit", False):
+            process.on_exit = said(process.on_exit)
+
+    def teardown(self, nanny: Any) -> None:
+        pass
+
+
+def _pid(nanny: Any) -> int:
+    """The exited process's id, where the nanny still knows it (Dask forgets it before the exit is handled)."""
+    try:
+        return int(getattr(getattr(nanny.process, "process", None), "pid", 0) or 0)
+    except Exception:
+        return 0
+
+
+def register(client: Any) -> None:
+    """Every nanny of the cluster, and each that joins later, says its worker's exit codes."""
+    from distributed.diagnostics.plugin import NannyPlugin
+
+    plugin = type("ExitCodesPlugin", (ExitCodes, NannyPlugin), {})()
+    client.register_plugin(plugin, name=ExitCodes.name)
+
+
+class ExitWatch:
+    """The exit codes the nannies said (handler on the client's event loop; read on the driver's thread)."""
+
+    def __init__(self, client: Any, codes: Sequence[int], pids: Mapping[str, int] | None = None):
+        self.client, self.codes = client, tuple(codes)
+        self.pids = pids if pids is not None else {}  # worker address -> its process, as it said when it joined
+        self.lock = threading.Lock()
+        self.heard: dict[str, tuple[int, int]] = {}  # worker address -> (exit code, pid)
+        self.failed: dict[str, str] = {}  # device -> its one line, for an exit not worth recovering from
+        if self.codes:  # (without the key every exit is recovered from, as retries and on_device_lost say)
+            client.subscribe_topic(EXIT_TOPIC, self._heard)
+            register(client)
+
+    def _heard(self, event: tuple[float, Any]) -> None:
+        said = event[1]
+        if isinstance(said, Mapping) and isinstance(said.get("exitcode"), int):
+            with self.lock:
+                self.heard[str(said.get("address"))] = (int(said["exitcode"]), int(said.get("pid") or 0))
+
+    def recoverable(self, address: str, device: str) -> bool:
+        """Is the exit of the worker at ``address`` worth recovering from? Waits a little for its code; none
+        (a lost machine) is."""
+        if not self.codes:
+            return True
+        deadline = time.monotonic() + EXIT_WAIT_SECONDS
+        while True:
+            with self.lock:
+                code = self.heard.get(address)
+            if code is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if code is None or code[0] in self.codes:
+            return True
+        listed, pid = ", ".join(map(str, self.codes)), code[1] or self.pids.get(address, 0)
+        process = f" (process {pid})" if pid else ""
+        self.failed[device] = (f"lost {device}: its worker's process{process} exited with code {code[0]}, "
+                               f"which run.recover_on_exit_codes does not list ({listed}): not recovered from")
+        return False
+
+    def failed_line(self, device: str) -> str:
+        return self.failed.get(device, "")
+
+    def close(self) -> None:
+        if not self.codes:
+            return
+        try:
+            self.client.unsubscribe_topic(EXIT_TOPIC)
+        except Exception:  # a client whose scheduler is gone
+            pass
