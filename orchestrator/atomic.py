@@ -10,7 +10,6 @@ import contextlib
 import errno
 import os
 import secrets
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -19,8 +18,9 @@ from typing import IO, Any, Iterator
 @contextmanager
 def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[Any]]:
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
+    tmp = _temporary_name(str(target))
+    try:  # named before it is made: a Ctrl-C just after the file appears still finds it here
+        fd = _create(tmp)
         with _filling(fd, mode, str(target)) as handle:
             yield handle
         os.replace(tmp, target)
@@ -28,6 +28,18 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[An
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _temporary_name(target: str) -> str:
+    """``.NAME.<random>.tmp`` beside ``target``, not made yet; its folder absolute and normalized, as mkstemp
+    gives it (``sub/../x`` stays removable once ``sub``, made for it, is removed again)."""
+    folder, name = os.path.split(target)
+    return os.path.join(os.path.abspath(folder or "."), f".{name}.{secrets.token_hex(6)}.tmp")
+
+
+def _create(tmp: str) -> int:
+    """Make the temporary ``tmp``, private until it is filled (as mkstemp makes it: 0600, never an existing file)."""
+    return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
 
 
 @contextmanager
@@ -111,12 +123,14 @@ class FileSet:
     def open(self, target: str, mode: str = "wb") -> Iterator[IO[Any]]:
         """A handle on ``target``'s new content: a temporary beside it, on disk when the block ends."""
         folder = os.path.dirname(target) or "."
+        tmp = _temporary_name(target)
+        # pending before the file exists: a failed write, or a Ctrl-C the moment it appears, removes it too
+        self.pending.append((tmp, target))
         try:
             self._make(folder)
-            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=folder)
+            fd = _create(tmp)
         except OSError as exc:
             raise _naming(exc, target) from None
-        self.pending.append((tmp, target))  # before writing: a failed write removes it too
         with _filling(fd, mode, target) as handle:
             yield handle
 

@@ -167,8 +167,16 @@ def test_orchestrate_worker_waits_for_a_start_at_work_and_gives_up_on_one_asleep
 
 
 def test_the_busy_suite_names_what_it_runs() -> None:
-    """`make test-busy` runs the tests marked `faults`; the marker is declared (pytest -m would run none)."""
-    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
-    assert '"faults:' in pyproject
-    makefile = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
-    assert "test-busy:" in makefile and "-m faults" in makefile
+    """`make test-busy` runs the tests marked `faults` but `recovery`, and CI runs the `recovery` ones as a
+    suite of their own; both markers are declared (pytest -m would run none) and every recovery test is a
+    fault test (so that the two suites together are the faults)."""
+    root = Path(__file__).resolve().parent.parent
+    pyproject = (root / "pyproject.toml").read_text()
+    assert '"faults:' in pyproject and '"recovery:' in pyproject
+    makefile = (root / "Makefile").read_text()
+    assert "test-busy:" in makefile and 'BUSY_TESTS ?= -m "faults and not recovery"' in makefile
+    assert 'make test-busy BUSY_TESTS="-m recovery"' in (root / ".ci" / "run").read_text()
+    for path in root.glob("tests/test_*.py"):
+        text = path.read_text()
+        if "pytest.mark.recovery" in text:
+            assert "pytest.mark.faults" in text, path

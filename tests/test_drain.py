@@ -31,7 +31,7 @@ from test_remote import Proc, _command, start_scheduler, start_task, stop_all, w
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import netns  # noqa: E402
 
-pytestmark = [pytest.mark.cluster, pytest.mark.faults]
+pytestmark = [pytest.mark.cluster, pytest.mark.faults, pytest.mark.recovery]
 STEPS, WINDOW, AT = 160, 20, 45  # task 1 marks its 45th step: the notice comes mid-loop, mid-window
 CAP = 240.0  # a run still going this long hangs
 

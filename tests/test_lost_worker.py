@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 from waiting import gone
 
-pytestmark = [pytest.mark.cluster, pytest.mark.faults]
+pytestmark = [pytest.mark.cluster, pytest.mark.faults, pytest.mark.recovery]
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 WITHIN = 30.0  # seconds from the kill to the run's end: generous (the goal, 10 s, is the benchmark's)

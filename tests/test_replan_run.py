@@ -31,7 +31,7 @@ from orchestrator.errors import NoWorkerError
 from orchestrator.report.text import placement_summary
 from test_remote import _command, start_scheduler, wait_started, Proc
 
-pytestmark = [pytest.mark.cluster, pytest.mark.faults]
+pytestmark = [pytest.mark.cluster, pytest.mark.faults, pytest.mark.recovery]
 ROOT = Path(__file__).resolve().parent.parent
 # a step on 1 tower against a step on 2: the weighted mean of the towers' gradients is the batch's mean up to
 # rounding. Measured: the largest difference of the final weights was 4.4e-16 (test a prints it); 1e-9 leaves room.

@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.cli import run_cli
 
-pytestmark = [pytest.mark.cluster, pytest.mark.faults]
+pytestmark = [pytest.mark.cluster, pytest.mark.faults, pytest.mark.recovery]
 
 FNS = '''
 def flaky(x, xp, counter="", fails=2):
