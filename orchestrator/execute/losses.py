@@ -128,6 +128,7 @@ class LossWatch:
         device = str(said.get("device")) if isinstance(said, Mapping) else ""
         if device not in self.devices:
             return
+        device = ", ".join(str(d) for d in said.get("devices") or [device])  # a host worker: its task's devices
         with self.lock:
             self.names[str(said.get("address"))] = device
             self.pids[str(said.get("address"))] = int(said.get("pid") or 0)
@@ -159,7 +160,8 @@ class LossWatch:
         with self.lock:
             for _, said in events:
                 if isinstance(said, Mapping) and str(said.get("device")) in self.devices:
-                    self.names.setdefault(str(said.get("address")), str(said.get("device")))
+                    self.names.setdefault(str(said.get("address")),
+                                           ", ".join(str(d) for d in said.get("devices") or [said.get("device")]))
                     self.pids.setdefault(str(said.get("address")), int(said.get("pid") or 0))
 
     def take(self) -> list[Removal]:

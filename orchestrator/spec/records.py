@@ -91,6 +91,7 @@ class Job:
     gpu_memory: GpuMemory
     path: YamlPath
     gpu_threads: int = 1  # a GPU worker's threads: a sweep's copies may share it, nothing else does
+    processes: str = "device"  # "device": a worker process per device; "host": one per task, a thread per device
 
     @property
     def logical_gpus(self) -> int:
@@ -143,6 +144,25 @@ class Cluster:
 
     def device(self, name: str) -> Device | None:
         return self._by_name.get(name)
+
+    def worker_name(self, device: Device) -> str:
+        """The Dask worker standing for ``device``: its own (``processes: device``), or with ``processes: host``
+        its machine's, ``/host:<host>``, shared by every such task there: the host of the task's address, or
+        ``local`` for tasks without addresses (an embedded cluster's all run here)."""
+        job = self.job(device.spec.job)
+        if job is None or job.processes != "host":
+            return device.name
+        task = device.spec.task or 0
+        address = job.addresses[task] if task < len(job.addresses) else ""
+        return f"/host:{address.rpartition(':')[0] or address or 'local'}"
+
+    def workers(self) -> dict[str, tuple[Device, ...]]:
+        """Each Dask worker's name and the devices it stands for, in device order."""
+        out: dict[str, tuple[Device, ...]] = {}
+        for d in self.devices:
+            name = self.worker_name(d)
+            out[name] = (*out.get(name, ()), d)
+        return out
 
     @property
     def _by_name(self) -> dict[str, Device]:
