@@ -25,6 +25,7 @@ import pytest
 
 from orchestrator.api import plan_file, run_file
 from orchestrator.errors import OrchestratorError
+from orchestrator.runtime.backends import cuda_device_count
 
 from test_lost_worker import LiveRun, busy, race_spec  # noqa: F401  (busy: a fixture)
 from waiting import gone
@@ -47,7 +48,7 @@ def polyfit(tmp_path: Path, layout: str) -> Path:
         assert line in text
         text = text.replace(line, line.replace("}\n", f", processes: {layout}}}\n"))
     folder = tmp_path / layout
-    folder.mkdir()
+    folder.mkdir(parents=True)
     shutil.copy(ROOT / "examples" / "polyfit_fns.py", folder)
     (folder / "polyfit.yaml").write_text(text)
     return folder / "polyfit.yaml"
@@ -185,3 +186,83 @@ def _pgid(proc: Path) -> int:
         return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2])
     except (OSError, ValueError, IndexError):
         return -1
+
+
+WHERE_FNS = '''
+import os
+import numpy as np
+
+def where(x, xp):
+    """The CUDA device this op's array is on, and what the process sees (an op on a GPU gets a CuPy array)."""
+    device = int(x.device.id) if hasattr(x, "device") and hasattr(x.device, "id") else -1
+    return xp.asarray([float(device), float(len(os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")))])
+'''
+WHERE = """\
+version: 1
+cluster: {{jobs: {{localhost: {{visible_gpus: [0, 1], processes: {layout}}}}}}}
+graph:
+  - {{name: x, op: ones, shape: [4], device: /cpu:0}}
+  - {{name: a, op: call, fn: "where_fns:where", kernels: [gpu], inputs: [x], output: {{shape: [2]}}, device: /gpu:0}}
+  - {{name: b, op: call, fn: "where_fns:where", kernels: [gpu], inputs: [x], output: {{shape: [2]}}, device: /gpu:1}}
+outputs: {{a: "-", b: "-"}}
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(cuda_device_count() < 2, reason="needs two CUDA GPUs and CuPy")
+@pytest.mark.parametrize("layout", ["device", "host"])
+def test_one_process_drives_each_gpu_as_its_own_cupy_device(tmp_path: Path, layout: str) -> None:
+    """host: both GPUs visible in the one process, each op's arrays on its own GPU (CuPy's current device set on
+    the op's thread); device: each process sees its GPU as device 0."""
+    (tmp_path / "where_fns.py").write_text(WHERE_FNS)
+    (tmp_path / "where.yaml").write_text(WHERE.format(layout=layout))
+    result = run_file(tmp_path / "where.yaml", echo=quiet, gpu_backend="cupy")
+    a, b = (np.asarray(result.values[name]).tolist() for name in "ab")
+    assert (a, b) == (([0.0, 2.0], [1.0, 2.0]) if layout == "host" else ([0.0, 2.0], [0.0, 2.0]))
+
+
+def test_orchestrate_worker_starts_one_process_per_task_and_the_loop_runs_on_them(tmp_path: Path) -> None:
+    """On a cluster of one's own, ``processes: host`` is a process per task (named by it), as TF's workers: the
+    polyfit loop runs across the two tasks' processes over links, its GPUs' values handed over by reference."""
+    from test_remote import scheduler_workers, start_scheduler, start_task, stop_all, wait_started
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    scheduler, address = start_scheduler(logs)
+    procs = [scheduler]
+    try:
+        spec = polyfit(tmp_path, "host")
+        spec.write_text(spec.read_text().replace("cluster:\n", f"cluster:\n  scheduler: {address}\n", 1))
+        for job in ("ps", "worker"):
+            procs.append(start_task(spec, job, 0, address, logs))
+            assert len(wait_started(procs[-1], 1)) == 1
+        assert set(scheduler_workers(address)) == {"/job:ps/replica:0/task:0", HOST}
+        params = {"steps": 60, "window": 20}
+        remote = run_file(spec, params=params, echo=quiet, output_dir=str(tmp_path / "remote"))
+        ran = {entry["name"]: entry["worker"] for entry in remote.report["ops"] if entry["worker"] is not None}
+        planned = {p.op: p.device_name for p in plan_file(spec, params=params).placements}
+        assert ran and all(planned[name] == device for name, device in ran.items())
+    finally:
+        stop_all(procs[1:] + procs[:1])
+    embedded = run_file(polyfit(tmp_path / "embedded", "device"), params=params, echo=quiet,
+                        output_dir=str(tmp_path / "embedded-out"))
+    for name, value in embedded.values.items():
+        np.testing.assert_array_equal(np.asarray(remote.values[name]), np.asarray(value), err_msg=name)
+
+
+def test_dask_commands_print_one_worker_for_a_host_task(tmp_path: Path) -> None:
+    import io
+
+    from orchestrator.cli import run_cli
+
+    spec = polyfit(tmp_path, "host")
+    spec.write_text(spec.read_text().replace("cluster:\n", "cluster:\n  scheduler: tcp://10.0.0.1:8786\n", 1))
+    out = io.StringIO()
+    assert run_cli(["worker", str(spec), "--job", "worker", "--task", "0", "--scheduler", "tcp://10.0.0.1:8786",
+                    "--dask-commands"], out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1, lines
+    assert f"--name {HOST} --nthreads 3 " in lines[0] and "CUDA_VISIBLE_DEVICES=0,1 " in lines[0], lines[0]
+    for device in ("CPU:0", "GPU:0", "GPU:1"):
+        assert f"device:{HOST}/device:{device}=1" in lines[0]
+    assert f"task:{HOST}=3" in lines[0] and "GPU=2" in lines[0]

@@ -146,15 +146,14 @@ class Cluster:
         return self._by_name.get(name)
 
     def worker_name(self, device: Device) -> str:
-        """The Dask worker standing for ``device``: its own (``processes: device``), or with ``processes: host``
-        its machine's, ``/host:<host>``, shared by every such task there: the host of the task's address, or
-        ``local`` for tasks without addresses (an embedded cluster's all run here)."""
+        """The Dask worker standing for ``device``: its own (``processes: device``); with ``processes: host``, on
+        the embedded cluster (``scheduler: local``) the one worker ``/host:local`` of every such task (they all
+        run on this machine), on a cluster of one's own its task's (``/job:J/replica:0/task:N``, one process per
+        task as ``orchestrate worker`` starts it)."""
         job = self.job(device.spec.job)
         if job is None or job.processes != "host":
             return device.name
-        task = device.spec.task or 0
-        address = job.addresses[task] if task < len(job.addresses) else ""
-        return f"/host:{address.rpartition(':')[0] or address or 'local'}"
+        return "/host:local" if self.scheduler == "local" else device.spec.task_spec().to_string()
 
     def workers(self) -> dict[str, tuple[Device, ...]]:
         """Each Dask worker's name and the devices it stands for, in device order."""
