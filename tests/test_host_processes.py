@@ -266,3 +266,26 @@ def test_dask_commands_print_one_worker_for_a_host_task(tmp_path: Path) -> None:
     for device in ("CPU:0", "GPU:0", "GPU:1"):
         assert f"device:{HOST}/device:{device}=1" in lines[0]
     assert f"task:{HOST}=3" in lines[0] and "GPU=2" in lines[0]
+
+
+NAP_FNS = "import time\n\ndef nap(x, xp):\n    time.sleep(0.6)\n    return x + 1\n"
+ANY_GPU = """\
+version: 1
+cluster: {{jobs: {{localhost: {{gpus: 2, processes: {layout}}}}}}}
+graph:
+  - {{name: x, op: ones, shape: [4], device: /cpu:0}}
+  - {{name: a, op: call, fn: "nap_fns:nap", kernels: [cpu, gpu], inputs: [x], device: "/gpu:*"}}
+  - {{name: b, op: call, fn: "nap_fns:nap", kernels: [cpu, gpu], inputs: [x], device: "/gpu:*"}}
+outputs: {{a: "-", b: "-"}}
+"""
+
+
+@pytest.mark.parametrize("layout", ["device", "host"])
+def test_ops_on_any_gpu_running_at_once_take_different_gpus(tmp_path: Path, layout: str) -> None:
+    """Dask picks a GPU worker for a ``/gpu:*`` task; in one process the seat the fewest running tasks took."""
+    (tmp_path / "nap_fns.py").write_text(NAP_FNS)
+    (tmp_path / "any.yaml").write_text(ANY_GPU.format(layout=layout))
+    result = run_file(tmp_path / "any.yaml", echo=quiet)
+    ran = {entry["name"]: entry["worker"] for entry in result.report["ops"]}
+    assert {ran["a"], ran["b"]} == {f"/job:localhost/replica:0/task:0/device:GPU:{i}" for i in (0, 1)}, ran
+    np.testing.assert_array_equal(np.asarray(result.values["a"]), np.full(4, 2.0))

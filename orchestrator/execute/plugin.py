@@ -135,8 +135,8 @@ class Seat:
 def device_worker() -> Any:
     """The worker ``runtime`` sees for the Dask task running on this thread: the worker itself, or in a host
     worker the seat of the device the task is pinned to (its identity resource, ``device:<name>``, the one a
-    pinned task asks for). A task on ``GPU:*`` asks for no device: it runs on the GPU seat with the fewest ops
-    running now (the first on a tie)."""
+    pinned task asks for). A task on ``GPU:*`` asks for no device: it runs on the GPU seat the fewest running
+    tasks took (the first on a tie)."""
     worker = get_worker()
     placed: dict[str, Seat] | None = worker.__dict__.get(runtime.SEATS_ATTRIBUTE)
     if not placed:
@@ -150,8 +150,30 @@ def device_worker() -> Any:
             return seat
     gpus = [seat for seat in seated if seat.is_gpu]
     if restrictions and "GPU" in restrictions and gpus:
-        return min(gpus, key=lambda seat: len(getattr(seat, runtime.RUNTIME_ATTRIBUTE).running))
+        return _least_taken(worker, gpus, key)
     return seated[0]
+
+
+_TAKING = threading.Lock()
+
+
+def _least_taken(worker: Any, gpus: list[Seat], key: Any) -> Seat:
+    """The GPU seat the fewest running Dask tasks took (each thread's choice is kept while its task runs), so
+    that tasks on ``GPU:*`` started at once spread over the GPUs as separate workers would spread them."""
+    taken: dict[int, tuple[Any, Seat]] = worker.__dict__.setdefault("orchestrator_taken", {})
+    with _TAKING:
+        mine = taken.get(threading.get_ident())
+        if mine is not None and mine[0] == key:  # asked again by the same task: its choice stands
+            return mine[1]
+        counts = {id(seat): 0 for seat in gpus}
+        for thread, (running, seat) in list(taken.items()):
+            if worker.active_threads.get(thread) != running:
+                del taken[thread]  # that task is over
+            elif id(seat) in counts:
+                counts[id(seat)] += 1
+        chosen = min(gpus, key=lambda seat: counts[id(seat)])
+        taken[threading.get_ident()] = (key, chosen)
+    return chosen
 
 
 class LostCopies(WorkerPlugin):
