@@ -1,6 +1,6 @@
 """The worker plugin that gives every device worker its runtime (backend, records, mailbox).
 
-A worker standing for every device of a task (``processes: host``) gets a
+A worker standing for several devices (``processes: host``: a machine's or a task's) gets a
 runtime per device, each behind a :class:`Seat`: what ``runtime`` sees as
 that device's worker. The worker lookup bound into ``runtime``
 (:func:`device_worker`) gives a Dask task the seat of the device it is
