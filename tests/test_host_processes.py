@@ -76,6 +76,7 @@ def test_polyfit_loop_gives_equal_values_and_records_each_op_on_its_device_in_bo
         assert ran and all(planned[name] == device for name, device in ran.items()), ran  # (states record nothing)
         assert set(ran.values()) == set(planned.values())
         assert report["loops"]["train"]["mode"].startswith("gang")
+        assert report["transport"] == ("in-process" if layout == "host" else "links")
         recorded[layout] = set(ran)
     assert recorded["host"] == recorded["device"]
     assert results["host"].values.keys() == results["device"].values.keys()

@@ -98,6 +98,14 @@ def standing(cluster: Cluster, device: DeviceSpec) -> str:
     return cluster.worker_name(found) if found is not None else device.to_string()
 
 
+def transport(cluster: Cluster, links: bool) -> str:
+    """How loop windows' values go between devices: ``in-process`` (by reference: every device in one worker,
+    ``processes: host``), ``links``, or ``dask-comms`` (a TLS cluster)."""
+    if len(cluster.workers()) == 1 and len(cluster.devices) > 1:
+        return "in-process"
+    return "links" if links else "dask-comms"
+
+
 def worker_options(cluster: Cluster, device: Device, host: str | None = "127.0.0.1",
                    security: Any = None, real_gpus: bool = True) -> dict[str, Any]:
     """Options of the ``Nanny`` standing for ``device`` (host ``None``: Dask picks the interface)."""

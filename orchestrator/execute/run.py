@@ -45,7 +45,7 @@ from .caching import CacheUse, open_for_run, outermost_loop
 from .checkpointing import writer_for
 from .progress import LoopProgress
 from .live import LiveFeed
-from .cluster import dask_settings, device_configs, scheduler_config, standing
+from .cluster import dask_settings, device_configs, scheduler_config, standing, transport
 from .connect import choose_backend, connect, cuda_counter, embedded, prestart, wait_for_devices
 from .loops import StagedRun
 from .outputs import MetricFiles, OnWorkers, commit_run, flag_writes, refuse_overwrites
@@ -393,7 +393,7 @@ class Runner:
     def _transport(self) -> str:
         if not any(mode.startswith("gang") for mode in self.loop_modes.values()):
             return ""
-        return "links" if self.links else "dask-comms"
+        return transport(self.spec.cluster, self.links)
 
 def run_plan(plan: Plan, settings: RunSettings | None = None, echo: Echo | None = None) -> RunResult:
     return Runner(plan, settings or RunSettings(), echo or (lambda text: print(text, flush=True))).run()
