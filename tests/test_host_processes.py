@@ -290,3 +290,29 @@ def test_ops_on_any_gpu_running_at_once_take_different_gpus(tmp_path: Path, layo
     ran = {entry["name"]: entry["worker"] for entry in result.report["ops"]}
     assert {ran["a"], ran["b"]} == {f"/job:localhost/replica:0/task:0/device:GPU:{i}" for i in (0, 1)}, ran
     np.testing.assert_array_equal(np.asarray(result.values["a"]), np.full(4, 2.0))
+
+
+SLOW = """\
+version: 1
+cluster: {{jobs: {{localhost: {{gpus: 2, processes: {layout}}}}}}}
+graph:
+  - {{name: x, op: ones, shape: [4], device: /cpu:0}}
+  - {{name: quick, op: call, fn: "slow_fns:nap", kernels: [cpu, gpu], inputs: [x], device: /gpu:0,
+     params: {{seconds: 0.0}}}}
+  - {{name: slow, op: call, fn: "slow_fns:nap", kernels: [cpu, gpu], inputs: [x], device: /gpu:1, timeout: 1,
+     params: {{seconds: 30.0}}}}
+outputs: {{quick: "-", slow: "-"}}
+"""
+SLOW_FNS = "import time\n\ndef nap(x, xp, seconds):\n    time.sleep(seconds)\n    return x\n"
+
+
+@pytest.mark.parametrize("layout", ["device", "host"])
+def test_an_op_timeout_fails_the_op_on_its_own_device_in_both_layouts(tmp_path: Path, layout: str) -> None:
+    (tmp_path / "slow_fns.py").write_text(SLOW_FNS)
+    (tmp_path / "slow.yaml").write_text(SLOW.format(layout=layout))
+    began = time.monotonic()
+    with pytest.raises(OrchestratorError) as caught:
+        run_file(tmp_path / "slow.yaml", echo=quiet)
+    said = str(caught.value)
+    assert "op 'slow' on /job:localhost/replica:0/task:0/device:GPU:1 exceeded its timeout of 1 s" in said, said
+    assert time.monotonic() - began < 25.0  # not the op's 30 s
