@@ -316,3 +316,33 @@ def test_an_op_timeout_fails_the_op_on_its_own_device_in_both_layouts(tmp_path: 
     said = str(caught.value)
     assert "op 'slow' on /job:localhost/replica:0/task:0/device:GPU:1 exceeded its timeout of 1 s" in said, said
     assert time.monotonic() - began < 25.0  # not the op's 30 s
+
+
+def test_the_live_page_shows_every_device_of_a_host_process(tmp_path: Path) -> None:
+    """Each device's heartbeat entry rides on its process's heartbeat (``seats``); the page lists each device."""
+    from orchestrator.api import run_plan
+    from orchestrator.execute.records import RunSettings
+    from test_dashboard_page import page_from, state_of
+
+    spec = polyfit(tmp_path, "host")
+    plan = plan_file(spec, params={"steps": 400, "window": 100})
+    said: list[str] = []
+    seen: list[dict[str, object]] = []
+
+    def progress(loop: str, done: int, steps: int) -> None:
+        if seen or done < 200:
+            return
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the heartbeats come every half second
+            devices = state_of(page_from("\n".join(said)))["devices"]
+            if set(devices) == {d.name for d in plan.spec.cluster.devices}:
+                seen.append(devices)
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"the page never listed every device: {devices}")
+
+    run_plan(plan, RunSettings(output_dir=str(tmp_path / "out"), progress=False, on_loop_progress=progress),
+             said.append)
+    assert seen
+    gpu = f"{HOST}/device:GPU:1"
+    assert seen[0][gpu]["memory"]["backend"] == "simulated" and seen[0][gpu]["memory"]["limit"] == 64 * 2 ** 20
