@@ -128,7 +128,7 @@ class LossWatch:
         device = str(said.get("device")) if isinstance(said, Mapping) else ""
         if device not in self.devices:
             return
-        device = ", ".join(str(d) for d in said.get("devices") or [device])  # a host worker: its task's devices
+        device = str(said.get("named") or device)  # a host worker names every device it stands for
         with self.lock:
             self.names[str(said.get("address"))] = device
             self.pids[str(said.get("address"))] = int(said.get("pid") or 0)
@@ -160,8 +160,7 @@ class LossWatch:
         with self.lock:
             for _, said in events:
                 if isinstance(said, Mapping) and str(said.get("device")) in self.devices:
-                    self.names.setdefault(str(said.get("address")),
-                                           ", ".join(str(d) for d in said.get("devices") or [said.get("device")]))
+                    self.names.setdefault(str(said.get("address")), str(said.get("named") or said.get("device")))
                     self.pids.setdefault(str(said.get("address")), int(said.get("pid") or 0))
 
     def take(self) -> list[Removal]:

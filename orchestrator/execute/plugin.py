@@ -90,7 +90,7 @@ class DeviceRuntimePlugin(WorkerPlugin):
         # who this worker is, from itself: the client names a lost worker by it, a restarted one too (the
         # scheduler's events name workers by address only); a host worker names every device it stands for
         first = runtimes[mine[0].name]
-        worker.log_event(runtime.DEVICE_TOPIC, {"device": first.config.name, "devices": list(runtimes),
+        worker.log_event(runtime.DEVICE_TOPIC, {"device": first.config.name, "named": ", ".join(runtimes),
                                                 "address": str(worker.address), "pid": os.getpid(),
                                                 "created": first.created})
 
