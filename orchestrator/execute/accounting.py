@@ -44,6 +44,16 @@ def op_records(plan: Plan, events: Sequence[Mapping[str, Any]]) -> tuple[tuple[O
     return tuple(records), moved
 
 
+def by_device(drained: Mapping[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """What each worker drained, one entry per device: a host worker's ``seats`` as if each came from a worker
+    of its own (the first under the worker's address: a Dask transfer from that process names its first device)."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for address, said in drained.items():
+        for i, each in enumerate(said.get("seats") or [said]):
+            out[address if i == 0 else f"{address} {each['ran_on']}"] = each
+    return out
+
+
 def device_records(plan: Plan, stats: Mapping[str, Mapping[str, Any]]) -> tuple[DeviceRecord, ...]:
     out = []
     for m in plan.memory:

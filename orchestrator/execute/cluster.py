@@ -1,10 +1,17 @@
-"""Clusters: one Dask worker process per device, named by its canonical device string.
+"""Clusters: one Dask worker process per device, named by its canonical device string (or one per task).
 
 Each device worker advertises identity resources — ``device:<name>`` (its own
 device), ``task:<job/replica/task>`` (its task) and, on GPUs, ``GPU`` — so
 pinned ops find it by name and survive restarts (docs/architecture.md, "The cluster"). GPU workers see
 only their GPU: ``CUDA_VISIBLE_DEVICES`` lists it first, then the others, as
 dask-cuda rotates it. BLAS/OpenMP threads match the device's threads.
+
+A job with ``processes: host`` has one worker per machine instead, named
+``/host:<host>`` and shared by every such task there (all of an embedded
+cluster's): it offers the identity resources of each of its devices, a
+thread per device thread, and sees every GPU of its devices (a GPU's CUDA
+ordinal in the process is its place in that list). Each Dask task still runs with its own device's runtime
+(``plugin``), so memory caps, records and the placement log stay per device.
 
 The embedded cluster is a ``SpecCluster`` on 127.0.0.1 built from the spec;
 the scheduler runs in this process, so its settings (no-workers timeout,
@@ -29,10 +36,10 @@ import contextlib
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from ..runtime.backends import DeviceConfig, backend_entry
-from ..devices import GpuId
+from ..devices import DeviceSpec, GpuId
 from ..spec.records import Cluster, Device
 from ..runtime import worker_resources
 from . import processes
@@ -57,27 +64,64 @@ def worker_env(device: Device, all_physical: tuple[GpuId, ...]) -> dict[str, str
     return env
 
 
+def host_env(devices: Sequence[Device]) -> dict[str, str]:
+    """A host worker's (``processes: host``): its CPUs' BLAS threads, and every GPU of its devices visible, in
+    their order, so that a GPU's CUDA ordinal in the process is its place there (``DeviceConfig.ordinal``)."""
+    threads = max((d.threads for d in devices if not d.is_gpu), default=1)
+    env = {name: str(threads) for name in THREAD_VARIABLES}
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in host_gpus(devices))
+    return env
+
+
+def host_gpus(devices: Sequence[Device]) -> tuple[GpuId, ...]:
+    """The physical GPUs of ``devices``, each once, in their order: what their shared process sees."""
+    return tuple(dict.fromkeys(d.physical_gpu for d in devices if d.is_gpu and d.physical_gpu is not None))
+
+
 def device_configs(cluster: Cluster, backend: str) -> dict[str, DeviceConfig]:
     """What each device's worker needs, its backend's class included (from this process's registry)."""
     out = {}
-    for d in cluster.devices:
-        name = backend if d.is_gpu else "host"
-        out[d.name] = DeviceConfig(d.name, "GPU" if d.is_gpu else "CPU", name, d.memory_limit if d.is_gpu else None,
-                                   d.reserve_at_start, d.physical_gpu, backend_entry(name).path)
+    for standing, devices in cluster.workers().items():
+        shared = host_gpus(devices) if len(devices) > 1 or standing != devices[0].name else ()
+        for d in devices:
+            name = backend if d.is_gpu else "host"
+            ordinal = shared.index(d.physical_gpu) if d.physical_gpu in shared else 0
+            out[d.name] = DeviceConfig(d.name, "GPU" if d.is_gpu else "CPU", name,
+                                       d.memory_limit if d.is_gpu else None, d.reserve_at_start, d.physical_gpu,
+                                       backend_entry(name).path, "" if standing == d.name else standing, ordinal)
     return out
+
+
+def standing(cluster: Cluster, device: DeviceSpec) -> str:
+    """The name of the worker standing for ``device`` (a pinned one): its own, or its machine's (``processes: host``)."""
+    found = cluster.device(device.to_string())
+    return cluster.worker_name(found) if found is not None else device.to_string()
 
 
 def worker_options(cluster: Cluster, device: Device, host: str | None = "127.0.0.1",
                    security: Any = None, real_gpus: bool = True) -> dict[str, Any]:
     """Options of the ``Nanny`` standing for ``device`` (host ``None``: Dask picks the interface)."""
-    job = cluster.job(device.spec.job)
+    return host_worker_options(cluster, (device,), host, security, real_gpus)
+
+
+def host_worker_options(cluster: Cluster, devices: Sequence[Device], host: str | None = "127.0.0.1",
+                        security: Any = None, real_gpus: bool = True) -> dict[str, Any]:
+    """Options of the ``Nanny`` standing for ``devices``: one device, or every device of a task whose job has
+    ``processes: host`` (named by the task; each device's resources, a thread per device thread)."""
+    first = devices[0]
+    job = cluster.job(first.spec.job)
     assert job is not None
+    resources: dict[str, float] = {}
+    for d in devices:
+        for resource, amount in worker_resources(d).items():
+            resources[resource] = resources.get(resource, 0.0) + amount
     options: dict[str, Any] = {
-        "name": device.name,
-        "nthreads": device.threads,
-        "resources": worker_resources(device),
+        "name": cluster.worker_name(first),
+        "nthreads": sum(d.threads for d in devices),
+        "resources": resources,
         "memory_limit": job.memory_limit or 0,
-        "env": worker_env(device, job.physical_gpus),
+        "env": worker_env(first, job.physical_gpus) if len(devices) == 1 and cluster.worker_name(first) == first.name
+        else host_env(devices),
         "host": host,
         "dashboard": False,
         # worker chatter (start-up banners, heartbeats during shutdown) is not the user's business;
@@ -133,8 +177,9 @@ class EmbeddedCluster:
         from distributed import Nanny, Scheduler, SpecCluster
 
         devices = self.devices if self.devices is not None else self.cluster.devices
-        options = {d.name: worker_options(self.cluster, d, self.host, self.security, self.real_gpus)
-                   for d in devices}
+        chosen = {d.name for d in devices}
+        options = {name: host_worker_options(self.cluster, held, self.host, self.security, self.real_gpus)
+                   for name, held in self.cluster.workers().items() if any(d.name in chosen for d in held)}
         for each in options.values():
             each["env"].update(processes.restored_env())
         workers = {name: {"cls": Nanny, "options": each} for name, each in options.items()}

@@ -125,9 +125,9 @@ class LossWatch:
 
     def _joined(self, event: tuple[float, Any]) -> None:
         said = event[1]
-        device = str(said.get("device")) if isinstance(said, Mapping) else ""
-        if device not in self.devices:
+        if not isinstance(said, Mapping) or str(said.get("device")) not in self.devices:
             return
+        device = str(said.get("named") or said.get("device"))  # a host worker names every device it stands for
         with self.lock:
             self.names[str(said.get("address"))] = device
             self.pids[str(said.get("address"))] = int(said.get("pid") or 0)
@@ -159,7 +159,7 @@ class LossWatch:
         with self.lock:
             for _, said in events:
                 if isinstance(said, Mapping) and str(said.get("device")) in self.devices:
-                    self.names.setdefault(str(said.get("address")), str(said.get("device")))
+                    self.names.setdefault(str(said.get("address")), str(said.get("named") or said.get("device")))
                     self.pids.setdefault(str(said.get("address")), int(said.get("pid") or 0))
 
     def take(self) -> list[Removal]:

@@ -101,21 +101,19 @@ class PagePlugin(SchedulerPlugin):
     def sample(self) -> None:
         """Each device's busy shares, as its heartbeats said them (each repeats the last few): the new ones kept."""
         for ws in list(self.scheduler.workers.values()):
-            mine = ws.metrics.get(DEVICE_METRIC)
-            if not isinstance(mine, dict):
-                continue
-            samples = self.busy.setdefault(str(mine["device"]), [])
-            last = samples[-1][0] if samples else 0.0
-            samples.extend([float(at), float(share)] for at, share in mine.get("busy", ()) if at > last)
-            del samples[:-MAX_SAMPLES]
+            for mine in _devices_of(ws):
+                self._sampled(mine)
+
+    def _sampled(self, mine: dict[str, Any]) -> None:
+        samples = self.busy.setdefault(str(mine["device"]), [])
+        last = samples[-1][0] if samples else 0.0
+        samples.extend([float(at), float(share)] for at, share in mine.get("busy", ()) if at > last)
+        del samples[:-MAX_SAMPLES]
 
     def state(self) -> dict[str, Any]:
         self.sample()
         devices = {}
-        for ws in list(self.scheduler.workers.values()):
-            mine = ws.metrics.get(DEVICE_METRIC)
-            if not isinstance(mine, dict):
-                continue
+        for ws, mine in [(ws, mine) for ws in list(self.scheduler.workers.values()) for mine in _devices_of(ws)]:
             device = str(mine["device"])
             memory = ws.memory
             devices[device] = {"address": ws.address, "memory": mine.get("memory", {}), "running": mine["running"],
@@ -123,6 +121,14 @@ class PagePlugin(SchedulerPlugin):
                                "managed_bytes": memory.managed, "moved": mine.get("moved", {}),
                                "busy": self.busy.get(device, [])}
         return {"now": time.time(), "runs": list(reversed(self.runs.values())), "devices": devices, "notes": NOTES}
+
+
+def _devices_of(ws: Any) -> list[dict[str, Any]]:
+    """What a worker's heartbeat said of each device it stands for (a host worker's: its ``seats``)."""
+    mine = ws.metrics.get(DEVICE_METRIC)
+    if not isinstance(mine, dict):
+        return []
+    return [each for each in mine.get("seats") or [mine] if isinstance(each, dict)]
 
 
 class _PageHandler(web.RequestHandler):

@@ -1,5 +1,15 @@
 """The worker plugin that gives every device worker its runtime (backend, records, mailbox).
 
+A worker standing for several devices (``processes: host``: a machine's or a task's) gets a
+runtime per device, each behind a :class:`Seat`: what ``runtime`` sees as
+that device's worker. The worker lookup bound into ``runtime``
+(:func:`device_worker`) gives a Dask task the seat of the device it is
+pinned to, read from the task's own resource restriction (the identity
+resource compile gave it), never from a name; so each op is charged,
+capped, timed out, recorded and logged on its device as in a worker of its
+own, and the devices of the process hand loop values over by reference
+(``runtime.share_process``).
+
 It also hands ``runtime`` what it may not import itself: the worker lookup
 (``distributed.get_worker``) and the courier that sends a loop window's
 values to another device's worker over Dask's comms (TCP or TLS, as the
@@ -12,6 +22,7 @@ import asyncio
 import hashlib
 import os
 import secrets
+import threading
 from concurrent.futures import Future
 from typing import Any, Mapping, Sequence
 
@@ -24,6 +35,7 @@ from ..errors import RunError
 from ..runtime import Sent
 
 EXCHANGE_HANDLER = "orchestrator_exchange"
+_WORKER_OF: dict[str, str] = {}  # device -> the worker standing for it, where that is not the device's own
 OUTBOX_ATTRIBUTE = "orchestrator_outbox"
 
 
@@ -42,43 +54,126 @@ class DeviceRuntimePlugin(WorkerPlugin):
         return f"orchestrator-runtime-{digest}"
 
     def setup(self, worker: Any) -> None:
-        runtime.bind(get_worker)
+        runtime.bind(device_worker)
         runtime.bind_courier(send)
-        config = self.configs.get(str(worker.name))
-        if config is None:
+        _WORKER_OF.update({c.name: c.worker for c in self.configs.values() if c.worker})
+        mine = [c for c in self.configs.values() if (c.worker or c.name) == str(worker.name)]
+        if not mine:
             return  # not a device of this cluster (another spec's, on a shared scheduler): leave it be
-        existing = getattr(worker, runtime.RUNTIME_ATTRIBUTE, None)
-        if existing is None or existing.config != config:  # else keep its accounting across runs (--keep-alive)
-            setattr(worker, runtime.RUNTIME_ATTRIBUTE, runtime.Runtime.for_device(config))
-        device_runtime = getattr(worker, runtime.RUNTIME_ATTRIBUTE)
+        if len(mine) == 1 and mine[0].name == str(worker.name):
+            device_runtime = _kept(getattr(worker, runtime.RUNTIME_ATTRIBUTE, None), mine[0])
+            setattr(worker, runtime.RUNTIME_ATTRIBUTE, device_runtime)
+            runtimes = {mine[0].name: device_runtime}
+        else:  # a host worker: a seat per device, each with its own runtime (kept across runs as above)
+            old: dict[str, Seat] = worker.__dict__.get(runtime.SEATS_ATTRIBUTE) or {}
+            held = {c.name: _kept(getattr(old.get(c.name), runtime.RUNTIME_ATTRIBUTE, None), c) for c in mine}
+            placed = {name: Seat(worker, each, first=i == 0) for i, (name, each) in enumerate(held.items())}
+            setattr(worker, runtime.SEATS_ATTRIBUTE, placed)
+            setattr(worker, runtime.RUNTIME_ATTRIBUTE, held[mine[0].name])
+            runtimes = held
+        runtime.share_process({name: each.mailbox for name, each in runtimes.items()})
 
-        async def receive(comm: Any) -> None:
+        async def receive(comm: Any, device: str = "") -> None:
             """A stream of values from another device's window partitions, until it closes."""
+            mailbox = runtimes.get(device, next(iter(runtimes.values()))).mailbox
             while True:
                 try:
                     message = await comm.read()
                 except Exception:  # the sender closed the stream (it stopped, or its worker did)
                     return
-                device_runtime.mailbox.put(message["items"])
+                mailbox.put(message["items"])
 
         worker.handlers[EXCHANGE_HANDLER] = receive
         # what the run's live page shows of this device rides on Dask's heartbeat (execute.page): no message of
         # its own, and none per step
         worker.metrics[runtime.DEVICE_METRIC] = runtime.device_metrics
         # who this worker is, from itself: the client names a lost worker by it, a restarted one too (the
-        # scheduler's events name workers by address only)
-        worker.log_event(runtime.DEVICE_TOPIC, {"device": config.name, "address": str(worker.address),
-                                                "pid": os.getpid(), "created": device_runtime.created})
+        # scheduler's events name workers by address only); a host worker names every device it stands for
+        first = runtimes[mine[0].name]
+        worker.log_event(runtime.DEVICE_TOPIC, {"device": first.config.name, "named": ", ".join(runtimes),
+                                                "address": str(worker.address), "pid": os.getpid(),
+                                                "created": first.created})
 
     def teardown(self, worker: Any) -> None:
         # Streams to other devices stay open between windows; a worker that closes with them open
         # has Dask warn "Closing dangling stream" for each at the end of every loop run.
-        outbox: _Outbox | None = worker.__dict__.pop(OUTBOX_ATTRIBUTE, None)
-        if outbox is not None:
-            outbox.close()
-        device_runtime = getattr(worker, runtime.RUNTIME_ATTRIBUTE, None)
-        if device_runtime is not None:
-            device_runtime.links.close()
+        for seat in runtime.seats(worker):
+            outbox: _Outbox | None = seat.__dict__.pop(OUTBOX_ATTRIBUTE, None)
+            if outbox is not None:
+                outbox.close()
+            device_runtime = getattr(seat, runtime.RUNTIME_ATTRIBUTE, None)
+            if device_runtime is not None:
+                device_runtime.links.close()
+
+
+def _kept(existing: runtime.Runtime | None, config: DeviceConfig) -> runtime.Runtime:
+    """The device's runtime: the one it has, whose accounting goes on across runs (--keep-alive), or a new one."""
+    return existing if existing is not None and existing.config == config else runtime.Runtime.for_device(config)
+
+
+class Seat:
+    """One device of a host worker, as ``runtime`` sees a device's worker: the device's name and runtime; the
+    rest (address, events, event loop, Dask state) is the host worker's own.
+
+    Dask's transfer log of the host worker is the first seat's alone: a value Dask moved into the process is
+    counted once (the report names the process's first device as where it went).
+    """
+
+    def __init__(self, worker: Any, device_runtime: runtime.Runtime, first: bool):
+        self.worker, self.name = worker, device_runtime.config.name
+        setattr(self, runtime.RUNTIME_ATTRIBUTE, device_runtime)
+        self.resource = runtime.device_resource(self.name)
+        self.seat_threads = int(worker.state.total_resources.get(self.resource, 1))
+        self.is_gpu = device_runtime.config.kind == "GPU"
+        if not first:
+            self.transfer_incoming_log: Any = ()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.worker, name)
+
+
+def device_worker() -> Any:
+    """The worker ``runtime`` sees for the Dask task running on this thread: the worker itself, or in a host
+    worker the seat of the device the task is pinned to (its identity resource, ``device:<name>``, the one a
+    pinned task asks for). A task on ``GPU:*`` asks for no device: it runs on the GPU seat the fewest running
+    tasks took (the first on a tie)."""
+    worker = get_worker()
+    placed: dict[str, Seat] | None = worker.__dict__.get(runtime.SEATS_ATTRIBUTE)
+    if not placed:
+        return worker
+    key = worker.active_threads.get(threading.get_ident())
+    state = worker.state.tasks.get(key) if key is not None else None
+    restrictions = state.resource_restrictions if state is not None else None
+    seated = list(placed.values())
+    for seat in seated:
+        if restrictions and seat.resource in restrictions:
+            return seat
+    gpus = [seat for seat in seated if seat.is_gpu]
+    if restrictions and "GPU" in restrictions and gpus:
+        return _least_taken(worker, gpus, key)
+    return seated[0]
+
+
+_TAKING = threading.Lock()
+
+
+def _least_taken(worker: Any, gpus: list[Seat], key: Any) -> Seat:
+    """The GPU seat the fewest running Dask tasks took (each thread's choice is kept while its task runs), so
+    that tasks on ``GPU:*`` started at once spread over the GPUs as separate workers would spread them."""
+    taken: dict[int, tuple[Any, Seat]] = worker.__dict__.setdefault("orchestrator_taken", {})
+    with _TAKING:
+        mine = taken.get(threading.get_ident())
+        if mine is not None and mine[0] == key:  # asked again by the same task: its choice stands
+            return mine[1]
+        counts = {id(seat): 0 for seat in gpus}
+        for thread, (running, seat) in list(taken.items()):
+            if worker.active_threads.get(thread) != running:
+                del taken[thread]  # that task is over
+            elif id(seat) in counts:
+                counts[id(seat)] += 1
+        chosen = min(gpus, key=lambda seat: counts[id(seat)])
+        taken[threading.get_ident()] = (key, chosen)
+    return chosen
 
 
 class LostCopies(WorkerPlugin):
@@ -107,7 +202,7 @@ def open_device_links(client: Any, devices: Sequence[str]) -> bool:
     The secret is new for every run and reaches the workers over the client's own (Dask) connection.
     """
     opened = client.run(runtime.open_links, secret=secrets.token_bytes(runtime.LINK_SECRET_BYTES))
-    book = dict(entry for entry in opened.values() if entry is not None)
+    book = dict(entry for entries in opened.values() if entries is not None for entry in entries)
     if not set(devices) <= set(book):
         book = {}
     client.run(runtime.set_links, book=book)
@@ -171,7 +266,7 @@ class _Outbox:
                 if comm is None or comm.closed():
                     address = await _address(self.worker, device, refresh=comm is not None)
                     comm = self.comms[device] = await connect(address, **self.worker.connection_args)
-                    await comm.write({"op": EXCHANGE_HANDLER, "reply": False})
+                    await comm.write({"op": EXCHANGE_HANDLER, "reply": False, "device": device})
                 await comm.write({"items": [(run, list(tag), to_serialize(value))
                                             for run, items, _ in batch for tag, value in items]})
             except Exception as exc:
@@ -189,6 +284,7 @@ async def _address(worker: Any, device: str, refresh: bool) -> str:
         identity = await worker.scheduler.identity()
         book.clear()
         book.update({str(w.get("name")): address for address, w in identity.get("workers", {}).items()})
-    if device not in book:
+    standing = _WORKER_OF.get(device, device)  # a host worker stands for every device of its task
+    if standing not in book:
         raise RunError(f"no worker stands for {device}: cannot send it the values it reads")
-    return book[device]
+    return book[standing]

@@ -45,13 +45,13 @@ from .caching import CacheUse, open_for_run, outermost_loop
 from .checkpointing import writer_for
 from .progress import LoopProgress
 from .live import LiveFeed
-from .cluster import dask_settings, device_configs, scheduler_config
+from .cluster import dask_settings, device_configs, scheduler_config, standing
 from .connect import choose_backend, connect, cuda_counter, embedded, prestart, wait_for_devices
 from .loops import StagedRun
 from .outputs import MetricFiles, OnWorkers, commit_run, flag_writes, refuse_overwrites
 from .tracks import Tracks
 from .searches import fatal_sweeps, with_sweeps
-from .accounting import device_records, op_records, verify
+from .accounting import by_device, device_records, op_records, verify
 from .watch import SchedulerWatch, tell_workers, wait_forever
 from .losses import LossWatch, Losses, redo_policy
 from .waiting import Waiter, dask_error
@@ -194,7 +194,6 @@ class Runner:
     def open_page(self, client: Any, link: str) -> str:
         """The run's live page on the scheduler (execute.page): where it is, or why there is none."""
         from .page import open_page, page_link
-
         self.feed, why = open_page(client, self.plan, self.token)
         return f"this run: {page_link(link)}" if self.feed is not None else why
 
@@ -237,7 +236,7 @@ class Runner:
         assert self.losses is not None
         self.losses.tell(final=True)
         collecting = time.perf_counter()
-        report = self._report(client.run(drain_records, run=self.token), started, elapsed)
+        report = self._report(by_device(client.run(drain_records, run=self.token)), started, elapsed)
         self.phases["collect records"] = time.perf_counter() - collecting
         report = replace(report, phases_seconds=dict(self.phases),
                          startup_seconds=self.phases.get("connect", 0.0) + self.phases.get("prepare workers", 0.0))
@@ -346,7 +345,7 @@ class Runner:
             raise (exc if isinstance(exc, OrchestratorError) else self.translate(exc)) from None
 
     def scatter(self, value: Any, device: DeviceSpec) -> Any:
-        workers = [device.to_string()] if device.device_index != "*" else None
+        workers = [standing(self.spec.cluster, device)] if device.device_index != "*" else None
         return self.client.scatter(value, workers=workers, broadcast=False)
 
     def loop_progress(self, loop: str, done: int, steps: int, note: str = "") -> None:
@@ -393,8 +392,9 @@ class Runner:
                                 for name, mode in self.loop_modes.items()},
                          transfers=tuple(sorted(transfers, key=lambda t: t.start)), params=self.spec.params,
                          loop_steps=step_pictures(worker.get("samples", {}) for worker in drained.values()),
-                         transport=transport(self.loop_modes, self.links), losses=tuple(self.losses.decided) if self.losses else (),
+                         transport=transport(self.loop_modes, self.spec.cluster, self.links), losses=tuple(self.losses.decided) if self.losses else (),
                          drains=self.drains.records(self.losses.decided if self.losses else ()) if self.drains else ())
+
 
 def run_plan(plan: Plan, settings: RunSettings | None = None, echo: Echo | None = None) -> RunResult:
     return Runner(plan, settings or RunSettings(), echo or (lambda text: print(text, flush=True))).run()

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..spec.records import Spec
+from ..spec.records import Cluster, Spec
 from .records import Curve
 
 Event = tuple[str, str, float, float]  # kind, name, start, stop
@@ -168,8 +168,12 @@ def loop_curves(spec: Spec, client_values: Mapping[str, Any]) -> dict[str, dict[
     return out
 
 
-def transport(modes: Mapping[str, str], links: bool) -> str:
-    """How gang windows' values went between devices (the run report's ``transport``): "" without any."""
+def transport(modes: Mapping[str, str], cluster: Cluster, links: bool) -> str:
+    """How gang windows' values went between devices (the run report's ``transport``): "" without any,
+    ``in-process`` (by reference: every device in one worker, ``processes: host``), ``links``, or
+    ``dask-comms`` (a TLS cluster)."""
     if not any(mode.startswith("gang") for mode in modes.values()):
         return ""
+    if len(cluster.workers()) == 1 and len(cluster.devices) > 1:
+        return "in-process"
     return "links" if links else "dask-comms"

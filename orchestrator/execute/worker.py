@@ -2,9 +2,11 @@
 
 For the task ``/job:J/replica:0/task:N`` it starts one Nanny-managed Dask
 worker process per device (``CPU:0``, then every GPU or virtual GPU), built
-from the very :func:`~orchestrator.execute.cluster.worker_options` the
+from the very :func:`~orchestrator.execute.cluster.host_worker_options` the
 embedded cluster uses: same names (the canonical device strings), identity
-resources, memory limits, threads and ``CUDA_VISIBLE_DEVICES``. ``--gpus``
+resources, memory limits, threads and ``CUDA_VISIBLE_DEVICES``; a job with
+``processes: host`` gets one worker for all of the task's devices, named
+as ``Cluster.worker_name`` says (the task, or ``/host:local``). ``--gpus``
 replaces the job's physical GPUs on this machine (``visible_gpus``): CUDA
 ordinals or GPU/MIG UUIDs, as Slurm exports them.
 
@@ -41,8 +43,7 @@ from typing import Any, Callable, Sequence
 from ..devices import GpuId, gpu_id_problem, gpu_mix_problem
 from ..errors import UsageError
 from ..spec.records import Cluster, Device
-from ..runtime import worker_resources
-from .cluster import worker_env, worker_options
+from .cluster import host_worker_options
 from .notice import DRAIN_SECONDS, drain
 from .security import refused
 from .starting import CAPPED, QUIET, Progress, cpu_seconds, descendants
@@ -122,11 +123,20 @@ def device_options(selected: TaskWorkers, host: str | None, security: Any) -> di
 
     preload = [*(dask.config.get("distributed.worker.preload") or ()), __name__]
     options = {}
-    for d in selected.devices:
-        opts = worker_options(selected.cluster, d, host, security)
+    for held in _held(selected):  # a device each, or the task's devices in one (processes: host)
+        opts = host_worker_options(selected.cluster, held, host, security)
         opts["preload"] = preload  # dask_setup below, in each worker process
-        options[d.name] = opts
+        options[opts["name"]] = opts
     return options
+
+
+def _held(selected: TaskWorkers) -> list[tuple[Device, ...]]:
+    """The task's devices as its workers stand for them: a worker's devices, one tuple per worker."""
+    workers: dict[str, tuple[Device, ...]] = {}
+    for d in selected.devices:
+        name = selected.cluster.worker_name(d)
+        workers[name] = (*workers.get(name, ()), d)
+    return list(workers.values())
 
 
 def dask_setup(worker: Any) -> None:
@@ -150,13 +160,12 @@ def dask_worker_commands(selected: TaskWorkers, scheduler: str, tls: Any = None,
     ``tls`` is a :class:`~orchestrator.execute.security.TlsFiles` or None.
     """
     out = []
-    for d in selected.devices:
-        job = selected.cluster.job(d.spec.job)
-        assert job is not None
-        env = worker_env(d, job.physical_gpus)
-        resources = ",".join(f"{name}={_number(value)}" for name, value in worker_resources(d).items())
-        args = [scheduler, "--name", d.name, "--nthreads", str(d.threads),
-                "--memory-limit", str(job.memory_limit or 0), "--resources", resources, "--no-dashboard"]
+    for held in _held(selected):
+        opts = host_worker_options(selected.cluster, held, None)
+        env = opts["env"]
+        resources = ",".join(f"{name}={_number(value)}" for name, value in opts["resources"].items())
+        args = [scheduler, "--name", opts["name"], "--nthreads", str(opts["nthreads"]),
+                "--memory-limit", str(opts["memory_limit"]), "--resources", resources, "--no-dashboard"]
         if tls is not None:
             args += ["--tls-ca-file", tls.ca_file, "--tls-cert", tls.cert, "--tls-key", tls.key]
         assignments = [f"{k}={shlex.quote(v) if v else chr(39) * 2}" for k, v in env.items()]
@@ -236,7 +245,7 @@ async def _check_scheduler(selected: TaskWorkers, scheduler: str, connection_arg
     may list the dead worker for a while (until its connection or heartbeat
     times out): wait up to ``timeout`` for it to go.
     """
-    names = {d.name for d in selected.devices}
+    names = {selected.cluster.worker_name(d) for d in selected.devices}
     deadline = time.monotonic() + timeout
     said = False
     if await asyncio.get_running_loop().run_in_executor(None, refused, scheduler):

@@ -334,7 +334,8 @@ def placement_summary(run_report: Mapping[str, Any]) -> str:
 # --------------------------------------------------------------------------- loop steps
 
 # The report's transport (how loop windows' values went between device workers) in words.
-TRANSPORT_WORDS = {"links": "values over direct links", "dask-comms": "values over Dask's comms (TLS)"}
+TRANSPORT_WORDS = {"links": "values over direct links", "dask-comms": "values over Dask's comms (TLS)",
+                   "in-process": "values handed over in one process"}
 # A critical path's segment kinds in the order its summary names them, and their words ("op" is compute).
 PATH_KINDS = (("op", "compute"), ("transit", "transit"), ("wait", "wait"), ("send", "send"),
               ("overhead", "overhead"))

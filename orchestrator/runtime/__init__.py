@@ -22,19 +22,19 @@ when it installs a device's :class:`Runtime` on a worker.
   worker to worker over direct links (or Dask's comms on TLS clusters).
 """
 
-from .exchange import Mailbox, Sent, Tag, bind_courier
+from .exchange import Mailbox, Sent, Tag, bind_courier, in_process, share_process
 from .frames import SECRET_BYTES as LINK_SECRET_BYTES
 from .partition_task import PartitionTask, run_partition
 from .resources import device_resource, resources_for, slot_resources, task_resource, worker_resources
-from .calls import abort_loop, abort_run, commit_saves, device_metrics, discard_saves, drain_records, open_links, set_links, settle_saves
-from .device import (COPY_TOPIC, DEVICE_METRIC, DEVICE_TOPIC, DRAIN_TOPIC, LOG_TOPIC, RUNTIME_ATTRIBUTE, Runtime, bind, copy_failed, mark_lost,
-                     move, run_op, to_host, token)
+from .calls import SEATS_ATTRIBUTE, seats, abort_loop, abort_run, commit_saves, device_metrics, discard_saves, drain_records, open_links, set_links, settle_saves
+from .device import (COPY_TOPIC, DEVICE_METRIC, DEVICE_TOPIC, DRAIN_TOPIC, LOG_TOPIC, RUNTIME_ATTRIBUTE, Runtime, bind, copy_failed,
+                     mark_lost, move, run_op, to_host, token)
 from .tasks import OpTask
 from .windows import ARG, LOCAL, RECEIVED, STATE, StateRule, WindowTask, run_window
 
-__all__ = ["ARG", "COPY_TOPIC", "DEVICE_METRIC", "DEVICE_TOPIC", "DRAIN_TOPIC", "LINK_SECRET_BYTES", "LOCAL", "LOG_TOPIC", "RECEIVED", "RUNTIME_ATTRIBUTE", "STATE", "Mailbox", "OpTask", "Sent", "Tag", "PartitionTask",
+__all__ = ["ARG", "COPY_TOPIC", "DEVICE_METRIC", "DEVICE_TOPIC", "DRAIN_TOPIC", "LINK_SECRET_BYTES", "LOCAL", "LOG_TOPIC", "RECEIVED", "RUNTIME_ATTRIBUTE", "SEATS_ATTRIBUTE", "STATE", "Mailbox", "OpTask", "Sent", "Tag", "PartitionTask",
            "Runtime", "StateRule", "WindowTask", "abort_loop", "abort_run", "bind", "bind_courier", "commit_saves",
            "copy_failed", "device_resource",
            "discard_saves", "mark_lost", "settle_saves",
            "device_metrics", "drain_records", "move", "open_links", "resources_for", "set_links", "slot_resources", "run_op", "run_partition", "run_window", "task_resource",
-           "to_host", "token", "worker_resources"]
+           "to_host", "token", "worker_resources", "in_process", "seats", "share_process"]

@@ -1,7 +1,10 @@
 """What the client runs on every worker (``client.run``): a run's saves committed or discarded, an abort,
 the direct links opened and their address book handed out, and the records drained.
 
-Each call finds the worker's :class:`~orchestrator.runtime.device.Runtime` and acts on one run's state in it.
+Each call finds the worker's :class:`~orchestrator.runtime.device.Runtime` and acts on one run's state in it;
+on a worker standing for every device of a task (``processes: host``), each device's runtime in turn (its seats).
+What one device answers stays one device's answer: a host worker's records and metrics come back as ``seats``,
+one entry per device, which the client reads as if each came from a worker of its own.
 """
 
 from __future__ import annotations
@@ -15,9 +18,24 @@ from .device import Runtime, _runtime
 from .links import Address
 
 
+# a worker standing for several devices (``processes: host``): {device: its seat}, each seat what ``runtime`` sees
+# as the worker of one device (its name, its Runtime; the rest is the worker's own): execute.plugin makes them
+SEATS_ATTRIBUTE = "orchestrator_seats"
+
+
+def seats(worker: Any) -> list[Any]:
+    """What ``runtime`` sees as the worker of each device ``worker`` stands for: itself, or a host worker's seats."""
+    found = getattr(worker, SEATS_ATTRIBUTE, None)
+    return list(found.values()) if found else [worker]
+
+
 def commit_saves(dask_worker: Any, run: str) -> list[str]:
     """Run on every worker once a run has succeeded: its saves take their places, the old files kept until
     :func:`settle_saves` (a failure midway puts this worker's back and raises, naming the file). The paths."""
+    return [path for seat in seats(dask_worker) for path in _commit(seat, run)]
+
+
+def _commit(dask_worker: Any, run: str) -> list[str]:
     _, runtime = _runtime(dask_worker)
     with runtime.lock:
         staged = runtime.staged.pop(run, {})
@@ -34,6 +52,11 @@ def commit_saves(dask_worker: Any, run: str) -> list[str]:
 def settle_saves(dask_worker: Any, run: str, undo: bool) -> None:
     """Run on every worker after :func:`commit_saves`: the saves stand (``undo`` False: the old files dropped)
     or, when another part of the run's commit failed, every old file is put back."""
+    for seat in seats(dask_worker):
+        _settle(seat, run, undo)
+
+
+def _settle(dask_worker: Any, run: str, undo: bool) -> None:
     _, runtime = _runtime(dask_worker)
     with runtime.lock:
         files = runtime.committed.pop(run, None)
@@ -49,9 +72,11 @@ def settle_saves(dask_worker: Any, run: str, undo: bool) -> None:
 
 def discard_saves(dask_worker: Any, run: str) -> None:
     """Run on every worker when a run failed: its checkpoints are dropped, existing files stay as they were."""
-    _, runtime = _runtime(dask_worker)
-    with runtime.lock:
-        staged = runtime.staged.pop(run, {})
+    staged: dict[str, str] = {}
+    for seat in seats(dask_worker):
+        _, runtime = _runtime(seat)
+        with runtime.lock:
+            staged.update(runtime.staged.pop(run, {}))
     for staging in staged:
         if os.path.exists(staging):
             os.unlink(staging)
@@ -59,35 +84,46 @@ def discard_saves(dask_worker: Any, run: str) -> None:
 
 def abort_run(dask_worker: Any, run: str, why: str) -> None:
     """Run on every worker (``Client.run``) when a run fails: wake every op waiting for a value of it."""
-    _, runtime = _runtime(dask_worker)
-    runtime.mailbox.abort(run, why)
+    for seat in seats(dask_worker):
+        _runtime(seat)[1].mailbox.abort(run, why)
 
 
 def abort_loop(dask_worker: Any, run: str, loop_index: int, why: str) -> None:
     """Run on every worker when one loop of a run failed and the run goes on (a sweep's copy): wake its ops.
     (Not ``loop=``: ``Client.run`` passes that name to its own event loop.)"""
-    _, runtime = _runtime(dask_worker)
-    runtime.mailbox.abort_loop(run, loop_index, why)
+    for seat in seats(dask_worker):
+        _runtime(seat)[1].mailbox.abort_loop(run, loop_index, why)
 
 
-def open_links(dask_worker: Any, secret: bytes) -> tuple[str, Address] | None:
-    """Run on every worker (``Client.run``) before a run: its device, and where its links listen."""
-    _, runtime = _runtime(dask_worker)
+def open_links(dask_worker: Any, secret: bytes) -> list[tuple[str, Address]] | None:
+    """Run on every worker (``Client.run``) before a run: its devices, and where their links listen."""
     address = str(dask_worker.address)
     if "://" in address and not address.startswith("tcp://"):
         return None  # TLS (or another comm): values keep to Dask's comms, which carry its security
     host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
-    return runtime.config.name, runtime.links.listen(host, secret)
+    runtimes = [_runtime(seat)[1] for seat in seats(dask_worker)]
+    return [(runtime.config.name, runtime.links.listen(host, secret)) for runtime in runtimes]
 
 
 def set_links(dask_worker: Any, book: dict[str, Address]) -> None:
-    """Run on every worker after :func:`open_links`: where every other device listens."""
-    _, runtime = _runtime(dask_worker)
-    runtime.links.book = {device: address for device, address in book.items() if device != runtime.config.name}
+    """Run on every worker after :func:`open_links`: where every other device listens (the devices of this
+    process are left out: their values are handed over by reference)."""
+    runtimes = [_runtime(seat)[1] for seat in seats(dask_worker)]
+    here = {runtime.config.name for runtime in runtimes}
+    for runtime in runtimes:
+        runtime.links.book = {device: address for device, address in book.items() if device not in here}
 
 
 def drain_records(dask_worker: Any, run: str) -> dict[str, Any]:
-    """Run on every worker (``Client.run``) after a run: its records of that run, and its memory."""
+    """Run on every worker (``Client.run``) after a run: its records of that run, and its memory (a host
+    worker's: ``seats``, each device's)."""
+    found = seats(dask_worker)
+    if len(found) > 1:
+        return {"seats": [_drain(seat, run) for seat in found]}
+    return _drain(dask_worker, run)
+
+
+def _drain(dask_worker: Any, run: str) -> dict[str, Any]:
     worker, runtime = _runtime(dask_worker)
     runtime.mailbox.forget(run)
     with runtime.lock:
@@ -120,7 +156,15 @@ BUSY_SHARES = 10  # the heartbeats' busy shares each heartbeat repeats (at 0.5 s
 def device_metrics(dask_worker: Any) -> dict[str, Any]:
     """What this device says of itself at each heartbeat (a Dask worker metric; the run's live page reads it on
     the scheduler): its backend's memory held now, the ops its threads run now, its op seconds so far, and the
-    bytes Dask moved into it per run. Nothing is asked of it: the heartbeat carries it."""
+    bytes Dask moved into it per run. Nothing is asked of it: the heartbeat carries it. (A host worker's: ``seats``,
+    each device's.)"""
+    found = seats(dask_worker)
+    if len(found) > 1:
+        return {"seats": [_metrics(seat) for seat in found]}
+    return _metrics(dask_worker)
+
+
+def _metrics(dask_worker: Any) -> dict[str, Any]:
     worker, runtime = _runtime(dask_worker)
     with runtime.lock:
         runs = {run for run, _, _ in runtime.records}
@@ -141,7 +185,7 @@ def device_metrics(dask_worker: Any) -> dict[str, Any]:
         del runtime.moved[old]
     running = sorted(set(runtime.running.copy().values()))  # (a copy: the task threads change it meanwhile)
     return {"device": runtime.config.name, "memory": runtime.backend.stats(), "running": running,
-            "busy": _busy_shares(runtime, int(worker.state.nthreads or 1)), "moved": dict(runtime.moved)}
+            "busy": _busy_shares(runtime, int(getattr(worker, "seat_threads", 0) or worker.state.nthreads or 1)), "moved": dict(runtime.moved)}
 
 
 def _busy_shares(runtime: Runtime, threads: int) -> list[list[float]]:

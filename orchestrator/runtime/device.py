@@ -346,8 +346,12 @@ def _bounded(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step: int)
     # for it, which a thread pool's non-daemon thread would make it do until the op returned by itself.
     done: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
+    use = getattr(runtime.backend, "use", None)  # a backend with a current device per thread (CuPy): ours here
+
     def target() -> None:
         try:
+            if use is not None:
+                use()
             done.set_result(kernel(task, runtime, inputs, step))
         except BaseException as exc:
             done.set_exception(exc)

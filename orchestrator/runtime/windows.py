@@ -4,7 +4,11 @@ This is TensorFlow's execution model for a step function: every device gets
 its partition of the step once (here: once per window of steps) and runs it
 for each step, exchanging only the values that cross devices, worker to
 worker (:mod:`.exchange`), never through the scheduler. The window
-partitions of one window run side by side, one per device.
+partitions of one window run side by side, one per device. Two devices of
+one process (a host worker's, ``processes: host``) hand their values over by
+reference: the sender puts them into the receiver's mailbox, no socket and
+no pickling between, as TensorFlow hands tensors between the devices of one
+worker.
 
 Per step, each op takes its inputs from this step's earlier ops (local),
 from a value moved here before the loop started (an outer value, or a
@@ -29,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RunError
-from .exchange import Sent, Tag, send
+from .exchange import Sent, Tag, in_process, send
 from .device import Runtime, _runtime, execute
 from .tasks import OpTask
 
@@ -222,7 +226,10 @@ class _Outgoing:
         links = self.runtime.links
         for device, items in self.pending.items():
             began = time.time() if self.timeline is not None else 0.0
-            if links.reaches(device):
+            local = in_process(device)
+            if local is not None:  # a device of this process: the value itself, into its mailbox
+                local.put([(self.task.run, tag, value) for tag, value in items])
+            elif links.reaches(device):
                 links.send(device, self.task.run, items)  # written now: nothing to wait for later
             else:
                 self.sent.append(send(self.worker, device, self.task.run, items))
@@ -239,7 +246,8 @@ class _Outgoing:
 def _receive(runtime: Runtime, task: WindowTask, step: int, ref: str, sender: str, reader: str,
              timeline: Timeline | None) -> Any:
     start = time.time()
-    links = runtime.links if runtime.links.reaches(sender) else None
+    # a device of this process puts its values into the mailbox itself (and wakes us): nothing to read
+    links = runtime.links if runtime.links.reaches(sender) and in_process(sender) is None else None
     try:
         value = runtime.mailbox.take(task.run, (task.loop, step, ref), sender, links)
     except RunError as exc:

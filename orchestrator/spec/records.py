@@ -91,6 +91,7 @@ class Job:
     gpu_memory: GpuMemory
     path: YamlPath
     gpu_threads: int = 1  # a GPU worker's threads: a sweep's copies may share it, nothing else does
+    processes: str = "device"  # "device": a worker process per device; "host": one per task, a thread per device
 
     @property
     def logical_gpus(self) -> int:
@@ -143,6 +144,24 @@ class Cluster:
 
     def device(self, name: str) -> Device | None:
         return self._by_name.get(name)
+
+    def worker_name(self, device: Device) -> str:
+        """The Dask worker standing for ``device``: its own (``processes: device``); with ``processes: host``, on
+        the embedded cluster (``scheduler: local``) the one worker ``/host:local`` of every such task (they all
+        run on this machine), on a cluster of one's own its task's (``/job:J/replica:0/task:N``, one process per
+        task as ``orchestrate worker`` starts it)."""
+        job = self.job(device.spec.job)
+        if job is None or job.processes != "host":
+            return device.name
+        return "/host:local" if self.scheduler == "local" else device.spec.task_spec().to_string()
+
+    def workers(self) -> dict[str, tuple[Device, ...]]:
+        """Each Dask worker's name and the devices it stands for, in device order."""
+        out: dict[str, tuple[Device, ...]] = {}
+        for d in self.devices:
+            name = self.worker_name(d)
+            out[name] = (*out.get(name, ()), d)
+        return out
 
     @property
     def _by_name(self) -> dict[str, Device]:

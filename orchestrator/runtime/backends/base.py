@@ -17,6 +17,8 @@ class DeviceConfig:
     reserve_at_start: bool = False
     physical_gpu: int | str | None = None  # a CUDA ordinal or a GPU/MIG UUID
     backend_path: str = ""  # its class, ``module:Class``, as the client's registry says ("": the worker's)
+    worker: str = ""  # the Dask worker standing for it when not its own: its task's (``processes: host``)
+    ordinal: int = 0  # its CUDA ordinal in the worker's process (> 0 only where a task's GPUs share one process)
 
 
 class Backend(Protocol):

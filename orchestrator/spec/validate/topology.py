@@ -118,7 +118,8 @@ def build_job(c: Checker, name: str, spec: Mapping[str, Any], path: YamlPath) ->
                    "lower the limit or virtual_gpus, or give the GPU's real size as total:")
     return Job(name, len(addresses) or int(tasks), addresses, int(spec.get("cpu_threads", 1)),
                c.size(spec.get("memory_limit"), (*path, "memory_limit")), physical,
-               int(spec.get("virtual_gpus", 1)), gpu_memory, path, int(spec.get("gpu_threads", 1)))
+               int(spec.get("virtual_gpus", 1)), gpu_memory, path, int(spec.get("gpu_threads", 1)),
+               str(spec.get("processes", "device")))
 
 
 def check_scheduler(c: Checker, address: str, path: YamlPath) -> None:

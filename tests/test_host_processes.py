@@ -1,0 +1,348 @@
+"""Both process layouts (``cluster.jobs.<job>.processes``): a worker process per device, or one per machine with
+a thread per device thread, on the simulated backend and real Dask clusters on loopback.
+
+The host layout must change nothing a user sees but the processes: the same values (the polyfit example's
+loop, a data-parallel example), the same memory caps refusing the same op on its device, each op recorded and
+logged on its own device, a killed process ending the run in one line that names every device it stood for,
+and Ctrl-C leaving no process behind. That the devices really share a process is asked of the ops themselves
+(a ``call`` that returns its process id).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orchestrator.api import plan_file, run_file
+from orchestrator.errors import OrchestratorError
+from orchestrator.runtime.backends import cuda_device_count
+
+from test_lost_worker import LiveRun, busy, race_spec  # noqa: F401  (busy: a fixture)
+from waiting import gone
+
+pytestmark = [pytest.mark.cluster]
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+POLYFIT_JOBS = ("    ps: {tasks: 1}\n", "    worker: {tasks: 1, gpus: 2, gpu_memory: {limit: 64MiB}}\n")
+HOST = "/job:worker/replica:0/task:0"
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def polyfit(tmp_path: Path, layout: str) -> Path:
+    """The polyfit example with every job in ``layout`` (its functions beside it)."""
+    text = (ROOT / "examples" / "polyfit.yaml").read_text()
+    for line in POLYFIT_JOBS:
+        assert line in text
+        text = text.replace(line, line.replace("}\n", f", processes: {layout}}}\n"))
+    folder = tmp_path / layout
+    folder.mkdir(parents=True)
+    shutil.copy(ROOT / "examples" / "polyfit_fns.py", folder)
+    (folder / "polyfit.yaml").write_text(text)
+    return folder / "polyfit.yaml"
+
+
+def towers(tmp_path: Path, layout: str) -> Path:
+    folder = tmp_path / layout
+    shutil.copytree(ROOT / "examples" / "data", folder / "data")
+    text = (ROOT / "examples" / "towers.yaml").read_text()
+    old = "localhost: {gpus: 4, gpu_memory: {limit: 32MiB}, memory_limit: 1GiB}"
+    assert old in text
+    (folder / "towers.yaml").write_text(text.replace(old, old[:-1] + f", processes: {layout}}}"))
+    return folder / "towers.yaml"
+
+
+def test_polyfit_loop_gives_equal_values_and_records_each_op_on_its_device_in_both_layouts(tmp_path: Path) -> None:
+    results, recorded = {}, {}
+    for layout in ("device", "host"):
+        spec = polyfit(tmp_path, layout)
+        results[layout] = run_file(spec, params={"steps": 60, "window": 20}, output_dir=str(spec.parent / "out"),
+                                   echo=quiet, report_path=str(spec.parent / "run.json"))
+        report = json.loads((spec.parent / "run.json").read_text())
+        planned = {p.op: p.device_name for p in plan_file(spec, params={"steps": 60, "window": 20}).placements}
+        ran = {entry["name"]: entry["worker"] for entry in report["ops"] if entry["worker"] is not None}
+        assert ran and all(planned[name] == device for name, device in ran.items()), ran  # (states record nothing)
+        assert set(ran.values()) == set(planned.values())
+        assert report["loops"]["train"]["mode"].startswith("gang")
+        assert report["transport"] == ("in-process" if layout == "host" else "links")
+        recorded[layout] = set(ran)
+    assert recorded["host"] == recorded["device"]
+    assert results["host"].values.keys() == results["device"].values.keys()
+    for name, value in results["device"].values.items():
+        np.testing.assert_array_equal(np.asarray(results["host"].values[name]), np.asarray(value), err_msg=name)
+
+
+PIDS = """\
+version: 1
+cluster: {{jobs: {{localhost: {{gpus: 2, processes: {layout}}}}}}}
+graph:
+  - {{name: a, op: call, fn: "pid_fns:pid", kernels: [cpu, gpu], output: {{shape: [1]}}, device: /cpu:0}}
+  - {{name: b, op: call, fn: "pid_fns:pid", kernels: [cpu, gpu], output: {{shape: [1]}}, device: /gpu:0}}
+  - {{name: c, op: call, fn: "pid_fns:pid", kernels: [cpu, gpu], output: {{shape: [1]}}, device: /gpu:1}}
+outputs: {{a: "-", b: "-", c: "-"}}
+"""
+PID_FNS = "import os\nimport numpy as np\n\ndef pid(xp):\n    return np.array([float(os.getpid())])\n"
+
+
+@pytest.mark.parametrize("layout", ["device", "host"])
+def test_the_devices_of_a_host_share_one_process_and_log_their_own_names(tmp_path: Path, layout: str) -> None:
+    (tmp_path / "pid_fns.py").write_text(PID_FNS)
+    (tmp_path / "pids.yaml").write_text(PIDS.format(layout=layout))
+    result = run_file(tmp_path / "pids.yaml", echo=quiet)
+    pids = {float(np.asarray(result.values[name])[0]) for name in "abc"}
+    assert len(pids) == (1 if layout == "host" else 3)
+    spec = towers(tmp_path, layout)
+    said: list[str] = []
+    result = run_file(spec, output_dir=str(spec.parent / "out"), echo=said.append)
+    logged = {m.group(1): m.group(2) for m in (re.search(r"Executing op \S+ \((\S+)\) in device (\S+)", line)
+                                               for line in said) if m}
+    planned = {p.op: p.device_name for p in plan_file(spec).placements}
+    assert logged and all(planned[op] == device for op, device in logged.items()), said
+    assert set(logged.values()) == set(planned.values())
+    assert np.asarray(result.values["towers.s"]).shape == (2,)
+
+
+def test_towers_give_equal_values_in_both_layouts(tmp_path: Path) -> None:
+    values = {}
+    for layout in ("device", "host"):
+        spec = towers(tmp_path, layout)
+        values[layout] = run_file(spec, output_dir=str(spec.parent / "out"), echo=quiet).values
+    for name, value in values["device"].items():
+        np.testing.assert_array_equal(np.asarray(values["host"][name]), np.asarray(value), err_msg=name)
+
+
+CAPPED = """\
+version: 1
+cluster: {{jobs: {{localhost: {{gpus: 2, gpu_memory: {{limit: 1MiB}}, processes: {layout}}}}}}}
+graph:
+  - {{name: small, op: ones, shape: [1000], device: /gpu:0}}
+  - {{name: big, op: ones, shape: [200000], device: /gpu:1}}
+outputs: {{small: "-", big: "-"}}
+"""
+
+
+@pytest.mark.parametrize("layout", ["device", "host"])
+def test_a_device_memory_cap_refuses_the_op_on_its_own_device_in_both_layouts(tmp_path: Path, layout: str) -> None:
+    (tmp_path / "capped.yaml").write_text(CAPPED.format(layout=layout))
+    with pytest.raises(OrchestratorError) as caught:
+        run_file(tmp_path / "capped.yaml", echo=quiet)
+    said = str(caught.value)
+    assert "'big'" in said and "/job:localhost/replica:0/task:0/device:GPU:1" in said, said
+    assert "GPU:0" not in said, said
+
+
+def test_a_killed_host_process_ends_the_run_in_one_line_naming_its_devices(tmp_path: Path, busy: None) -> None:
+    spec, marker = race_spec(tmp_path)
+    text = spec.read_text().replace("worker: {tasks: 1, gpus: 2}", "worker: {tasks: 1, gpus: 2, processes: host}")
+    assert "processes: host" in text
+    spec.write_text(text)
+    run = LiveRun([str(spec), "--output-dir", str(tmp_path / "out")], tmp_path)
+    pid = run.worker_pid("/host:local")
+    Path(f"{marker}.go").touch()
+    run.wait_for(marker.exists, "GPU:0 in window 2")
+    killed = run.kill_worker(pid)
+    code, took = run.finish(killed)
+    err = "".join(run.err)
+    assert code == 1, err
+    assert took < 30.0, f"the run ended {took:.1f} s after its process was killed"
+    lines = err.splitlines()
+    devices = ", ".join(f"{HOST}/device:{d}" for d in ("CPU:0", "GPU:0", "GPU:1"))
+    assert len(lines) == 1 and lines[0].startswith(f"error: lost {devices}: its worker died"), err
+    assert run.left() == [], "processes of the run were left behind"
+
+
+def test_ctrl_c_in_the_host_layout_prints_one_line_and_leaves_no_process(tmp_path: Path) -> None:
+    spec = polyfit(tmp_path, "host")
+    proc = subprocess.Popen([str(BIN / "orchestrate"), "run", str(spec), "--set", "steps=100000", "--output-dir",
+                             str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=str(tmp_path), start_new_session=True, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stdout is not None
+    while "dashboard" not in proc.stdout.readline():
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    time.sleep(2.0)  # the loop under way
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err == "interrupted\n", err
+    assert "Traceback" not in out
+    assert gone(lambda: [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _pgid(p) == proc.pid]) \
+        == []
+
+
+def _pgid(proc: Path) -> int:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+WHERE_FNS = '''
+import os
+import numpy as np
+
+def where(x, xp):
+    """The CUDA device this op's array is on, and what the process sees (an op on a GPU gets a CuPy array)."""
+    device = int(x.device.id) if hasattr(x, "device") and hasattr(x.device, "id") else -1
+    return xp.asarray([float(device), float(len(os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")))])
+'''
+WHERE = """\
+version: 1
+cluster: {{jobs: {{localhost: {{visible_gpus: [0, 1], processes: {layout}}}}}}}
+graph:
+  - {{name: x, op: ones, shape: [4], device: /cpu:0}}
+  - {{name: a, op: call, fn: "where_fns:where", kernels: [gpu], inputs: [x], output: {{shape: [2]}}, device: /gpu:0}}
+  - {{name: b, op: call, fn: "where_fns:where", kernels: [gpu], inputs: [x], output: {{shape: [2]}}, device: /gpu:1}}
+outputs: {{a: "-", b: "-"}}
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(cuda_device_count() < 2, reason="needs two CUDA GPUs and CuPy")
+@pytest.mark.parametrize("layout", ["device", "host"])
+def test_one_process_drives_each_gpu_as_its_own_cupy_device(tmp_path: Path, layout: str) -> None:
+    """host: both GPUs visible in the one process, each op's arrays on its own GPU (CuPy's current device set on
+    the op's thread); device: each process sees its GPU as device 0."""
+    (tmp_path / "where_fns.py").write_text(WHERE_FNS)
+    (tmp_path / "where.yaml").write_text(WHERE.format(layout=layout))
+    result = run_file(tmp_path / "where.yaml", echo=quiet, gpu_backend="cupy")
+    a, b = (np.asarray(result.values[name]).tolist() for name in "ab")
+    assert (a, b) == (([0.0, 2.0], [1.0, 2.0]) if layout == "host" else ([0.0, 2.0], [0.0, 2.0]))
+
+
+def test_orchestrate_worker_starts_one_process_per_task_and_the_loop_runs_on_them(tmp_path: Path) -> None:
+    """On a cluster of one's own, ``processes: host`` is a process per task (named by it), as TF's workers: the
+    polyfit loop runs across the two tasks' processes over links, its GPUs' values handed over by reference."""
+    from test_remote import scheduler_workers, start_scheduler, start_task, stop_all, wait_started
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    scheduler, address = start_scheduler(logs)
+    procs = [scheduler]
+    try:
+        spec = polyfit(tmp_path, "host")
+        spec.write_text(spec.read_text().replace("cluster:\n", f"cluster:\n  scheduler: {address}\n", 1))
+        for job in ("ps", "worker"):
+            procs.append(start_task(spec, job, 0, address, logs))
+            assert len(wait_started(procs[-1], 1)) == 1
+        assert set(scheduler_workers(address)) == {"/job:ps/replica:0/task:0", HOST}
+        params = {"steps": 60, "window": 20}
+        remote = run_file(spec, params=params, echo=quiet, output_dir=str(tmp_path / "remote"))
+        ran = {entry["name"]: entry["worker"] for entry in remote.report["ops"] if entry["worker"] is not None}
+        planned = {p.op: p.device_name for p in plan_file(spec, params=params).placements}
+        assert ran and all(planned[name] == device for name, device in ran.items())
+    finally:
+        stop_all(procs[1:] + procs[:1])
+    embedded = run_file(polyfit(tmp_path / "embedded", "device"), params=params, echo=quiet,
+                        output_dir=str(tmp_path / "embedded-out"))
+    for name, value in embedded.values.items():
+        np.testing.assert_array_equal(np.asarray(remote.values[name]), np.asarray(value), err_msg=name)
+
+
+def test_dask_commands_print_one_worker_for_a_host_task(tmp_path: Path) -> None:
+    import io
+
+    from orchestrator.cli import run_cli
+
+    spec = polyfit(tmp_path, "host")
+    spec.write_text(spec.read_text().replace("cluster:\n", "cluster:\n  scheduler: tcp://10.0.0.1:8786\n", 1))
+    out = io.StringIO()
+    assert run_cli(["worker", str(spec), "--job", "worker", "--task", "0", "--scheduler", "tcp://10.0.0.1:8786",
+                    "--dask-commands"], out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1, lines
+    assert f"--name {HOST} --nthreads 3 " in lines[0] and "CUDA_VISIBLE_DEVICES=0,1 " in lines[0], lines[0]
+    for device in ("CPU:0", "GPU:0", "GPU:1"):
+        assert f"device:{HOST}/device:{device}=1" in lines[0]
+    assert f"task:{HOST}=3" in lines[0] and "GPU=2" in lines[0]
+
+
+NAP_FNS = "import time\n\ndef nap(x, xp):\n    time.sleep(0.6)\n    return x + 1\n"
+ANY_GPU = """\
+version: 1
+cluster: {{jobs: {{localhost: {{gpus: 2, processes: {layout}}}}}}}
+graph:
+  - {{name: x, op: ones, shape: [4], device: /cpu:0}}
+  - {{name: a, op: call, fn: "nap_fns:nap", kernels: [cpu, gpu], inputs: [x], device: "/gpu:*"}}
+  - {{name: b, op: call, fn: "nap_fns:nap", kernels: [cpu, gpu], inputs: [x], device: "/gpu:*"}}
+outputs: {{a: "-", b: "-"}}
+"""
+
+
+@pytest.mark.parametrize("layout", ["device", "host"])
+def test_ops_on_any_gpu_running_at_once_take_different_gpus(tmp_path: Path, layout: str) -> None:
+    """Dask picks a GPU worker for a ``/gpu:*`` task; in one process the seat the fewest running tasks took."""
+    (tmp_path / "nap_fns.py").write_text(NAP_FNS)
+    (tmp_path / "any.yaml").write_text(ANY_GPU.format(layout=layout))
+    result = run_file(tmp_path / "any.yaml", echo=quiet)
+    ran = {entry["name"]: entry["worker"] for entry in result.report["ops"]}
+    assert {ran["a"], ran["b"]} == {f"/job:localhost/replica:0/task:0/device:GPU:{i}" for i in (0, 1)}, ran
+    np.testing.assert_array_equal(np.asarray(result.values["a"]), np.full(4, 2.0))
+
+
+SLOW = """\
+version: 1
+cluster: {{jobs: {{localhost: {{gpus: 2, processes: {layout}}}}}}}
+graph:
+  - {{name: x, op: ones, shape: [4], device: /cpu:0}}
+  - {{name: quick, op: call, fn: "slow_fns:nap", kernels: [cpu, gpu], inputs: [x], device: /gpu:0,
+     params: {{seconds: 0.0}}}}
+  - {{name: slow, op: call, fn: "slow_fns:nap", kernels: [cpu, gpu], inputs: [x], device: /gpu:1, timeout: 1,
+     params: {{seconds: 30.0}}}}
+outputs: {{quick: "-", slow: "-"}}
+"""
+SLOW_FNS = "import time\n\ndef nap(x, xp, seconds):\n    time.sleep(seconds)\n    return x\n"
+
+
+@pytest.mark.parametrize("layout", ["device", "host"])
+def test_an_op_timeout_fails_the_op_on_its_own_device_in_both_layouts(tmp_path: Path, layout: str) -> None:
+    (tmp_path / "slow_fns.py").write_text(SLOW_FNS)
+    (tmp_path / "slow.yaml").write_text(SLOW.format(layout=layout))
+    began = time.monotonic()
+    with pytest.raises(OrchestratorError) as caught:
+        run_file(tmp_path / "slow.yaml", echo=quiet)
+    said = str(caught.value)
+    assert "op 'slow' on /job:localhost/replica:0/task:0/device:GPU:1 exceeded its timeout of 1 s" in said, said
+    assert time.monotonic() - began < 25.0  # not the op's 30 s
+
+
+def test_the_live_page_shows_every_device_of_a_host_process(tmp_path: Path) -> None:
+    """Each device's heartbeat entry rides on its process's heartbeat (``seats``); the page lists each device."""
+    from orchestrator.api import run_plan
+    from orchestrator.execute.records import RunSettings
+    from test_dashboard_page import page_from, state_of
+
+    spec = polyfit(tmp_path, "host")
+    plan = plan_file(spec, params={"steps": 400, "window": 100})
+    said: list[str] = []
+    seen: list[dict[str, object]] = []
+
+    def progress(loop: str, done: int, steps: int) -> None:
+        if seen or done < 200:
+            return
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the heartbeats come every half second
+            devices = state_of(page_from("\n".join(said)))["devices"]
+            if set(devices) == {d.name for d in plan.spec.cluster.devices}:
+                seen.append(devices)
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"the page never listed every device: {devices}")
+
+    run_plan(plan, RunSettings(output_dir=str(tmp_path / "out"), progress=False, on_loop_progress=progress),
+             said.append)
+    assert seen
+    gpu = f"{HOST}/device:GPU:1"
+    assert seen[0][gpu]["memory"]["backend"] == "simulated" and seen[0][gpu]["memory"]["limit"] == 64 * 2 ** 20
