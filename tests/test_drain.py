@@ -13,12 +13,14 @@ Waits watch the processes, not tight clocks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -139,31 +141,48 @@ def waiting_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(test_remote.SCHEDULER_ENV, "DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT", "180s")
 
 
-def test_sigterm_drains_a_worker_and_a_new_one_goes_on_with_nothing_redone(tmp_path: Path,
-                                                                            waiting_scheduler: None) -> None:
-    spec, marker = write_spec(tmp_path)
+@dataclass
+class Notice:
+    """A run of the two-task spec, task 1's launcher sent SIGTERM once its marker says the loop is under way."""
+
+    procs: list[Proc]  # everything started: stopped at the end, whatever happened
+    tasks: list[Proc]
+    run: Proc
+    address: str
+    logs: Path
+
+
+@contextlib.contextmanager
+def noticed(tmp_path: Path, spec: Path, marker: Path, *task1_args: str) -> Iterator[Notice]:
     logs = tmp_path / "logs"
     scheduler, address = start_scheduler(logs)
     procs = [scheduler]
     try:
-        tasks = [start_task(spec, "worker", task, address, logs) for task in (0, 1)]
+        tasks = [start_task(spec, "worker", 0, address, logs), start_task(spec, "worker", 1, address, logs,
+                                                                         *task1_args)]
         procs += tasks
         for proc in tasks:
             wait_started(proc, 1)
         run = start_run(spec, address, tmp_path)
         procs.append(run)
-        wait_for(marker.exists, "task 1 at its 45th step", procs)
+        wait_for(marker.exists, "task 1 under way", procs)
         tasks[1].popen.send_signal(signal.SIGTERM)
-        assert tasks[1].popen.wait(CAP) == 0, tasks[1].stderr()
-        said = tasks[1].stdout()
-        assert "draining /job:worker/replica:0/task:1: the run finishes the window in flight" in said, said
-        assert "drained /job:worker/replica:0/task:1: the run let them go; retired through the scheduler" in said, said
-        again = start_task(spec, "worker", 1, address, logs)
-        procs.append(again)
-        assert run.popen.wait(CAP) == 0, run.stdout() + run.stderr()
+        yield Notice(procs, tasks, run, address, logs)
     finally:
         stop_all(procs)
-    check_drained_and_equal(tmp_path, run.stdout())
+
+
+def test_sigterm_drains_a_worker_and_a_new_one_goes_on_with_nothing_redone(tmp_path: Path,
+                                                                            waiting_scheduler: None) -> None:
+    spec, marker = write_spec(tmp_path)
+    with noticed(tmp_path, spec, marker) as n:
+        assert n.tasks[1].popen.wait(CAP) == 0, n.tasks[1].stderr()
+        said = n.tasks[1].stdout()
+        assert "draining /job:worker/replica:0/task:1: the run finishes the window in flight" in said, said
+        assert "drained /job:worker/replica:0/task:1: the run let them go; retired through the scheduler" in said, said
+        n.procs.append(start_task(spec, "worker", 1, n.address, n.logs))
+        assert n.run.popen.wait(CAP) == 0, n.run.stdout() + n.run.stderr()
+    check_drained_and_equal(tmp_path, n.run.stdout())
 
 
 def one_line_error(run: Proc) -> str:
@@ -180,30 +199,17 @@ def test_with_on_device_lost_fail_a_drain_ends_the_run_naming_the_checkpoint_to_
     """The window in flight finishes, its checkpoint is written, the run ends in one line; ``--resume`` from it
     with a new worker of the task gives the values of an uninterrupted run."""
     spec, marker = write_spec(tmp_path, run="")
-    logs = tmp_path / "logs"
-    scheduler, address = start_scheduler(logs)
-    procs = [scheduler]
-    try:
-        tasks = [start_task(spec, "worker", task, address, logs) for task in (0, 1)]
-        procs += tasks
-        for proc in tasks:
-            wait_started(proc, 1)
-        run = start_run(spec, address, tmp_path)
-        procs.append(run)
-        wait_for(marker.exists, "task 1 at its 45th step", procs)
-        tasks[1].popen.send_signal(signal.SIGTERM)
-        line = one_line_error(run)
-        assert tasks[1].popen.wait(CAP) == 0, tasks[1].stderr()
+    with noticed(tmp_path, spec, marker) as n:
+        line = one_line_error(n.run)
+        assert n.tasks[1].popen.wait(CAP) == 0, n.tasks[1].stderr()
         step = int(line.split("its checkpoint at step ")[1].split()[0])
         checkpoint = line.split(" is ")[1].split(": run again with --resume")[0]
         assert step % WINDOW == 0 and Path(checkpoint).exists(), line
-        procs.append(start_task(spec, "worker", 1, address, logs))
+        n.procs.append(start_task(spec, "worker", 1, n.address, n.logs))
         marker.unlink()
-        resumed = start_run(spec, address, tmp_path, "--resume", name="resumed")
-        procs.append(resumed)
+        resumed = start_run(spec, n.address, tmp_path, "--resume", name="resumed")
+        n.procs.append(resumed)
         assert resumed.popen.wait(CAP) == 0, resumed.stdout() + resumed.stderr()
-    finally:
-        stop_all(procs)
     assert f"loop 'train' resumes from its checkpoint at step {step}" in resumed.stdout()
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "w.npy"), expected(STEPS))
 
@@ -212,27 +218,13 @@ def test_a_drain_past_its_deadline_leaves_anyway(tmp_path: Path) -> None:
     """Each step takes 1 s, a window 20 s: the run cannot read the window in flight within the worker's 2 s
     --drain-timeout. The worker leaves at its deadline (no hang), the run ends in one line saying so."""
     spec, marker = write_spec(tmp_path, run="", at=2, pause=1.0)
-    logs = tmp_path / "logs"
-    scheduler, address = start_scheduler(logs)
-    procs = [scheduler]
-    try:
-        tasks = [start_task(spec, "worker", 0, address, logs),
-                 start_task(spec, "worker", 1, address, logs, "--drain-timeout", "2")]
-        procs += tasks
-        for proc in tasks:
-            wait_started(proc, 1)
-        run = start_run(spec, address, tmp_path)
-        procs.append(run)
-        wait_for(marker.exists, "task 1 at its 2nd step", procs)
-        tasks[1].popen.send_signal(signal.SIGTERM)
-        assert tasks[1].popen.wait(CAP) == 0, tasks[1].stderr()
-        said = tasks[1].stdout()
+    with noticed(tmp_path, spec, marker, "--drain-timeout", "2") as n:
+        assert n.tasks[1].popen.wait(CAP) == 0, n.tasks[1].stderr()
+        said = n.tasks[1].stdout()
         assert "drained /job:worker/replica:0/task:1: the run did not let 1 device(s) go within 2 s" in said, said
-        line = one_line_error(run)
-    finally:
-        stop_all(procs)
+        line = one_line_error(n.run)
     assert "left at its deadline, before the window in flight there was finished and checkpointed" in line, line
-    assert "may leave" not in run.stdout()
+    assert "may leave" not in n.run.stdout()
 
 
 # --------------------------------------------------------------------------- across two hosts (B7's namespaces)
