@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--figure", action="append", required=True, help="a dotted path into the results")
     parser.add_argument("--pairs", type=int, default=3)
     argv = sys.argv[1:] if argv is None else argv
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []  # the benchmark's own arguments
-    args = parser.parse_args(argv[:len(argv) - len(extra) - (1 if extra or "--" in argv else 0)])
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, extra = parser.parse_args(argv[:cut]), argv[cut + 1:]  # after "--": the benchmark's own arguments
     seen: dict[str, list[list[float]]] = {"old": [], "new": []}
     for pair in range(args.pairs):
         for side, checkout in (("old", args.old), ("new", args.new)):
