@@ -11,7 +11,7 @@
 #    backend against NumPy, memory caps, the backend chosen by auto);
 # 3. every example run with --gpu-backend cupy, as a user would (its GPUs folded
 #    onto the machine's as virtual GPUs where it has fewer: benchmarks/fold_gpus.py);
-# 4. B4 (towers on 1 and 2 real GPUs) and B6 (polyfit, 200 steps) on cupy.
+# 4. B4 (towers on 1 and 2 real GPUs) and B6 (polyfit, 200 steps) on cupy, in both process layouts.
 # Everything goes to one log; the exit code is the number of failed steps.
 set -uo pipefail
 PY=${1:-python3}
@@ -94,8 +94,9 @@ done
 step "B4: towers on real GPUs"
 check "$BIN/python" benchmarks/bench_scaling.py --quick --gpu-backend cupy
 
-step "B6: polyfit on real GPUs"
-check "$BIN/python" benchmarks/bench_polyfit.py --quick --sides orchestrate,numpy --orchestrate-args="--gpu-backend cupy" \
+step "B6: polyfit on real GPUs, a process per GPU and one process for them all (processes: host)"
+check "$BIN/python" benchmarks/bench_polyfit.py --quick --sides orchestrate,orchestrate-host,numpy \
+    --orchestrate-args="--gpu-backend cupy" \
     --spec build/gpu-check/examples/polyfit.yaml
 
 step "done: $failed step(s) failed; log in $LOG"
