@@ -25,6 +25,7 @@ import pytest
 
 from orchestrator.api import plan_file, run_file
 from orchestrator.errors import OrchestratorError
+from orchestrator.execute.starting import CAPPED, Progress
 from orchestrator.runtime.backends import cuda_device_count
 
 from test_lost_worker import LiveRun, busy, race_spec  # noqa: F401  (busy: a fixture)
@@ -346,3 +347,74 @@ def test_the_live_page_shows_every_device_of_a_host_process(tmp_path: Path) -> N
     assert seen
     gpu = f"{HOST}/device:GPU:1"
     assert seen[0][gpu]["memory"]["backend"] == "simulated" and seen[0][gpu]["memory"]["limit"] == 64 * 2 ** 20
+
+
+# A gang loop whose window on `worker` waits every step for `ps`'s update. `ps` ends each step later than
+# `worker` (its `nap`, after the update is sent), so `worker`'s window is done first, and its next window and
+# the read-out of its metric (`pulled`) reach the process side by side. Dask orders a window's graph as
+# worker's window, worker's metric, ps's window, ps's metric, and every window of one minute has one
+# generation: so when the next window starts first, the metric, which waits for worker's seat, tops Dask's
+# queue above ps's next window, which worker's window is waiting for. Dask's worker starts the top alone
+# (`WorkerState._next_ready_task`), so without the host worker's own choice the loop stalls for good, within
+# its first windows (seen every time on the 2-core machine).
+STALL = """\
+version: 1
+name: stall
+cluster:
+  jobs:
+    ps: {tasks: 1, processes: host}
+    worker: {tasks: 1, processes: host}
+graph:
+  - {name: w0, op: variable, shape: [3], init: zeros, device: /job:ps/task:0/cpu:0}
+  - name: train
+    iterate:
+      steps: 200
+      window: 2
+      state: {w: w0}
+      body:
+        - {name: g, op: call, fn: "stall_fns:pull", inputs: [w], output: {shape: [3]}, device: /job:worker/task:0/cpu:0}
+        - {name: g_sum, op: sum, inputs: [g], device: /job:worker/task:0/cpu:0}
+        - {name: w_next, op: add, inputs: [w, g], device: /job:ps/task:0/cpu:0}
+        - {name: late, op: call, fn: "stall_fns:nap", inputs: [w_next], output: {shape: []},
+           device: /job:ps/task:0/cpu:0}
+      update: {w: w_next}
+      metrics: {pulled: g_sum, late: late}
+outputs:
+  train.w: w.npy
+"""
+STALL_FNS = '''
+import time
+
+def pull(w, xp):
+    return 1.0 - 0.5 * w  # w + pull(w) = 0.5 w + 1: w goes to 2
+
+def nap(w, xp):
+    with open("naps", "a") as steps:  # one byte a step: the test's mark of progress
+        steps.write(".")
+    time.sleep(0.02)  # after ps's update is sent: ps's window ends after worker's
+    return xp.sum(w)
+'''
+
+
+def test_a_host_process_starts_a_free_device_s_window_behind_a_busy_device_s_metric(tmp_path: Path) -> None:
+    """A task queued for a busy device never holds back another device's window (docs/clusters.md)."""
+    (tmp_path / "stall_fns.py").write_text(STALL_FNS)
+    (tmp_path / "stall.yaml").write_text(STALL)
+    naps = tmp_path / "naps"
+    with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
+        proc = subprocess.Popen([str(BIN / "orchestrate"), "run", "stall.yaml", "--output-dir", "out"], cwd=tmp_path,
+                                stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+    progress = Progress(quiet=40.0, cap=240.0)  # a step is 20 ms: 40 s without one is a stall, however busy
+    while proc.poll() is None:
+        progress.saw(naps.stat().st_size if naps.exists() else 0)
+        verdict = progress.verdict()
+        if verdict == CAPPED or (verdict and naps.exists()):  # (start-up is no step: it is not a stall)
+            break
+        time.sleep(0.2)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        pytest.fail(f"the loop stalled after {naps.stat().st_size} of 200 steps")
+    assert proc.returncode == 0, (tmp_path / "err.txt").read_text()
+    assert naps.stat().st_size == 200
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "w.npy"), np.full(3, 2.0))

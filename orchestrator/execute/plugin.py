@@ -10,6 +10,29 @@ capped, timed out, recorded and logged on its device as in a worker of its
 own, and the devices of the process hand loop values over by reference
 (``runtime.share_process``).
 
+A host worker also chooses its next Dask task as separate device workers
+would (:func:`start_past_busy_devices`). Dask's worker starts the tasks
+that ask for resources in priority order only: ``WorkerState._next_ready_task``
+(``distributed/worker_state_machine.py``, the same in 2025.4.0, the lowest
+version allowed, and in 2026.8.0) looks at the top of its ``constrained``
+heap alone, and while that task's resources are taken it starts none of the
+others. With a process per device that costs nothing: every task of a
+worker asks for the same device. In one process it lets one device's queue
+hold back another's: a task for a busy device at the top (a window's metric
+read out beside it, an evaluation of the states of the window before) stops
+another device's loop window, and the busy device's own window, waiting for
+that window's values, never ends (the polyfit example, ``window=5``, stalled
+so at step 1,145 in one of five runs; a loop whose ps device ends each step
+last stalls in its first windows: ``tests/test_host_processes.py``). So a
+host worker starts the highest-priority task whose resources are free,
+which is the top of each device's own queue, as a worker per device would
+start it. The seats stay
+as they were (each device runs at most its threads' worth of Dask tasks, and
+each task runs with its own device's runtime), so nothing a device is
+charged, capped or recorded changes. Compile was left alone on purpose:
+asking a light task for no seat would free those tasks only, not an
+evaluation's ops, which need their device's seat.
+
 It also hands ``runtime`` what it may not import itself: the worker lookup
 (``distributed.get_worker``) and the courier that sends a loop window's
 values to another device's worker over Dask's comms (TCP or TLS, as the
@@ -28,6 +51,7 @@ from typing import Any, Mapping, Sequence
 
 from distributed import WorkerPlugin, get_worker
 from distributed.protocol.serialize import to_serialize
+from distributed.worker_state_machine import TaskState, WorkerState
 
 from .. import runtime
 from ..runtime.backends import DeviceConfig
@@ -69,6 +93,7 @@ class DeviceRuntimePlugin(WorkerPlugin):
             held = {c.name: _kept(getattr(old.get(c.name), runtime.RUNTIME_ATTRIBUTE, None), c) for c in mine}
             placed = {name: Seat(worker, each, first=i == 0) for i, (name, each) in enumerate(held.items())}
             setattr(worker, runtime.SEATS_ATTRIBUTE, placed)
+            start_past_busy_devices(worker.state)
             setattr(worker, runtime.RUNTIME_ATTRIBUTE, held[mine[0].name])
             runtimes = held
         runtime.share_process({name: each.mailbox for name, each in runtimes.items()})
@@ -109,6 +134,33 @@ class DeviceRuntimePlugin(WorkerPlugin):
 def _kept(existing: runtime.Runtime | None, config: DeviceConfig) -> runtime.Runtime:
     """The device's runtime: the one it has, whose accounting goes on across runs (--keep-alive), or a new one."""
     return existing if existing is not None and existing.config == config else runtime.Runtime.for_device(config)
+
+
+def start_past_busy_devices(state: WorkerState) -> None:
+    """Have a host worker's Dask ``state`` start the highest-priority task whose resources are free, not only
+    the top of its queue (see the module's policy): the same state, of a class that chooses so."""
+    if type(state) is WorkerState:
+        state.__class__ = _HostWorkerState
+
+
+class _HostWorkerState(WorkerState):
+    """Dask's worker state, choosing as a worker per device would (no state of its own: ``__class__`` is set)."""
+
+    __slots__ = ()
+
+    def _next_ready_task(self) -> TaskState | None:
+        """Dask's choice (the top of ``ready`` or of ``constrained``, whichever comes first), with the first
+        constrained task whose resources are free in place of the top of ``constrained``."""
+        free = None
+        if self.constrained:
+            top = self.constrained.peek()  # the common case first: no look past it
+            free = top if self._resource_restrictions_satisfied(top) else \
+                next((ts for ts in self.constrained.sorted() if self._resource_restrictions_satisfied(ts)), None)
+        first = self.ready.peek() if self.ready else None  # (a task Dask queued has its priority: `or ()`)
+        if free is not None and (first is None or (free.priority or ()) < (first.priority or ())):
+            self.constrained.discard(free)
+            return free
+        return self.ready.pop() if self.ready else None
 
 
 class Seat:
