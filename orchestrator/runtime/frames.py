@@ -13,7 +13,15 @@ Policy.
   NumPy buffers out of band: a head (buffer count, pickle length), the
   buffers' lengths, the pickle, the buffers. Written with one ``sendmsg``
   from the arrays' own memory, read with ``recv_into`` into the arrays' new
-  memory: no copy beyond the kernel's, no serializer of our own.
+  memory: no copy beyond the kernel's.
+* Small frames are compact instead (:mod:`.compact`): a loop's step sends a
+  few values of a few bytes each, and pickling them, their tags and their
+  dtypes cost more than the step's arithmetic. A frame of at most
+  :data:`~.compact.COMPACT_BYTES` whose values are plain NumPy arrays and
+  scalars goes as their raw bytes behind a short header (dtype, shape),
+  anything else in it as a pickle of its own; its head says so
+  (``COMPACT`` in place of the buffer count). Values arrive bitwise equal
+  either way.
 * A proven peer's frames are bounded too (:data:`MAX_BUFFERS`,
   :data:`MAX_FRAME_BYTES`, checked before anything is allocated; the sender
   refuses to write past them). A frame beyond them, one whose buffers cannot
@@ -35,11 +43,13 @@ import struct
 from typing import Any, Mapping, Sequence
 
 from ..errors import RunError
+from .compact import COMPACT_BYTES, pack, unpack
 from .exchange import Mailbox, Tag
 
 _HEAD = struct.Struct("!IQ")  # buffers in the frame (HELLO for the first frame), length of the pickle
 _LENGTH = struct.Struct("!Q")
 HELLO = 0xFFFFFFFF
+COMPACT = 0xFFFFFFFE  # in place of the buffer count: the frame is compact (.compact), the length is its body's
 SECRET_BYTES = 32
 _NAME_BYTES = 32  # a digest of the sender's device name: any name, one size
 HELLO_BYTES = _HEAD.size + SECRET_BYTES + _NAME_BYTES  # all that is read of a stream before its secret is proven
@@ -48,7 +58,11 @@ MAX_FRAME_BYTES = 1 << 40  # the pickle and its buffers together, in one frame (
 
 
 def encode(items: Sequence[tuple[str, Tag, Any]]) -> list[Any]:
-    """One frame's parts: head, buffer lengths, the pickle, the buffers (written as they are)."""
+    """One frame's parts: head, buffer lengths, the pickle, the buffers (written as they are); or, for a
+    small frame, head and compact body."""
+    small = pack(items)
+    if small is not None:
+        return [_HEAD.pack(COMPACT, len(small)), small]
     buffers: list[pickle.PickleBuffer] = []
     body = pickle.dumps(list(items), protocol=5, buffer_callback=buffers.append)
     raws = [b.raw() for b in buffers]
@@ -123,6 +137,12 @@ class Stream:
         """A part is complete: lay out the next ones, or hand over the frame."""
         if self.stage == "head":
             count, self.size = _HEAD.unpack(self.parts[0])
+            if count == COMPACT:
+                if self.size > COMPACT_BYTES:
+                    return self._bad(f"it declared a compact frame of {self.size:,} bytes, more than one holds "
+                                     f"({COMPACT_BYTES:,})")
+                self._expect("compact", [bytearray(self.size)])
+                return True
             if count > MAX_BUFFERS or self.size > MAX_FRAME_BYTES:
                 return self._bad(f"it declared a frame of {self.size:,} bytes in {count:,} buffers, more than "
                                  f"a frame holds ({MAX_FRAME_BYTES:,} bytes, {MAX_BUFFERS:,} buffers)")
@@ -144,7 +164,7 @@ class Stream:
         else:
             try:
                 body, *buffers = self.parts
-                mailbox.put(pickle.loads(body, buffers=buffers))
+                mailbox.put(unpack(body) if self.stage == "compact" else pickle.loads(body, buffers=buffers))
             except Exception as exc:  # noqa: BLE001 - a frame of a proven peer that is not what we send
                 return self._bad(f"its frame could not be read: {type(exc).__name__}: {exc}")
             self._expect("head", [bytearray(_HEAD.size)])

@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import RunError
-from .exchange import Sent, Tag, in_process, send
+from .exchange import Mailbox, Sent, Tag, in_process, send
+from .links import Links
 from .device import Runtime, _runtime, execute
 from .tasks import OpTask
 
@@ -96,7 +97,11 @@ def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
 
 
 class _Window:
-    """One device's window while it runs: the states it holds, the metrics so far, what it sends."""
+    """One device's window while it runs: the states it holds, the metrics so far, what it sends.
+
+    What a step does is laid out once, when the window starts (the inputs of each op, the states that
+    arrive each step, the sends after each op), so that a step only follows it.
+    """
 
     def __init__(self, task: WindowTask, worker: Any, runtime: Runtime, outer: list[Any]):
         self.task, self.worker, self.runtime, self.outer = task, worker, runtime, outer
@@ -104,67 +109,73 @@ class _Window:
         self.state = _first_states(task, outer, self.out)
         self.series: list[list[Any]] = [[] for _ in task.metrics]
         self.last = task.start + task.steps - 1
-        self.updates: list[list[int]] = [[] for _ in task.ops]  # per op: the states it updates
-        for v, rule in enumerate(task.states):
+        self.refs = [f"state:{rule.name}" for rule in task.states]
+        self.updates: list[list[tuple[int, int, str, tuple[str, ...]]]] = [[] for _ in task.ops]
+        for v, rule in enumerate(task.states):  # per op: the states it updates (state, element, ref, readers)
             if rule.update is not None:
-                self.updates[rule.update[0]].append(v)
-        self.flush_after = [bool(task.urgent and task.urgent[j]) or any(task.states[v].send_to
-                                                                        for v in self.updates[j])
+                self.updates[rule.update[0]].append((v, rule.update[1], self.refs[v], rule.send_to))
+        self.flush_after = [bool(task.urgent and task.urgent[j]) or any(u[3] for u in self.updates[j])
                             for j in range(len(task.ops))]
+        # the states updated elsewhere: they arrive for each step after the first (at the first too when sent)
+        arriving = [(v, rule.first[0] == RECEIVED) for v, rule in enumerate(task.states)
+                    if rule.update is None and rule.first is not None]
+        self.arrive_later = tuple(v for v, _ in arriving)
+        self.arrive_first = tuple(v for v, received in arriving if received)
+        self.steps = list(zip(task.ops, task.inputs, task.sends, self.updates, self.flush_after, task.frees))
 
     def run_step(self, step: int) -> None:
-        task, out = self.task, self.out
+        task, out, runtime, worker = self.task, self.out, self.runtime, self.worker
         timeline = Timeline(step) if task.sample is not None and 0 <= step - task.sample <= 1 else None
         out.timeline = timeline
         received: dict[int, Any] = {}
         here = list(self.state)
-        for v, rule in enumerate(task.states):  # a state updated elsewhere arrives for each step after the first
-            if rule.update is None and rule.first is not None and (step > task.start or rule.first[0] == RECEIVED):
-                here[v] = None
+        for v in (self.arrive_later if step > task.start else self.arrive_first):
+            here[v] = None
         env: list[Any] = [None] * len(task.ops)
-        for j, op in enumerate(task.ops):
-            raw = tuple(self.input(kind, slot, element, env, here, received, step, op.name, timeline)
-                        for kind, slot, element in task.inputs[j])
+        first, last = step == task.start, step < self.last
+        for j, (op, inputs, sends, updates, flush, frees) in enumerate(self.steps):
+            raw = self.inputs(inputs, env, here, received, step, op.name, timeline)
             began = time.time() if timeline is not None else 0.0
-            env[j] = execute(op, self.runtime, self.worker, raw, step, step == task.start)
+            value = env[j] = execute(op, runtime, worker, raw, step, first)
             if timeline is not None:
                 timeline.add("op", op.name, began, time.time())
-            for ref, element, devices in task.sends[j]:
-                out.add(step, ref, _element(env[j], element), devices)
-            for v in self.updates[j]:  # a state goes on to its readers as soon as it is made
-                rule = task.states[v]
-                self.state[v] = _element(env[j], rule.update[1])  # type: ignore[index]
-                if step < self.last:
-                    out.add(step + 1, f"state:{rule.name}", self.state[v], rule.send_to)
-            if self.flush_after[j]:
+            for ref, element, devices in sends:
+                out.add(step, ref, value if element < 0 else value[element], devices)
+            for v, element, ref, readers in updates:  # a state goes on to its readers as soon as it is made
+                self.state[v] = value if element < 0 else value[element]
+                if last and readers:
+                    out.add(step + 1, ref, self.state[v], readers)
+            if flush:
                 out.flush()
-            for slot in task.frees[j]:
+            for slot in frees:
                 env[slot] = None
         _end_step(task, env, self.series, out)
         if timeline is not None:
-            self.runtime.sample_step(task.run, task.loop_name, task.device, timeline.finish())
+            runtime.sample_step(task.run, task.loop_name, task.device, timeline.finish())
 
-    def input(self, kind: int, slot: int, element: int, env: list[Any], here: list[Any], received: dict[int, Any],
-              step: int, reader: str, timeline: Timeline | None) -> Any:
-        """One input of an op at ``step``: made here, moved here before the loop, carried, or received."""
-        if kind == LOCAL:
-            value = env[slot]
-        elif kind == ARG:
-            value = self.outer[slot]
-        elif kind == STATE:
-            if here[slot] is None:
-                rule = self.task.states[slot]
-                self.out.flush()  # never wait with values unsent that another device may be waiting for
-                here[slot] = _receive(self.runtime, self.task, step, f"state:{rule.name}", rule.owner, reader,
-                                      timeline)
-            value = here[slot]
-        else:
-            if slot not in received:
+    def inputs(self, sources: tuple[Source, ...], env: list[Any], here: list[Any], received: dict[int, Any],
+               step: int, reader: str, timeline: Timeline | None) -> tuple[Any, ...]:
+        """An op's inputs at ``step``: made here, moved here before the loop, carried, or received."""
+        values = []
+        for kind, slot, element in sources:
+            if kind == LOCAL:
+                value = env[slot]
+            elif kind == ARG:
+                value = self.outer[slot]
+            elif kind == STATE:
+                value = here[slot]
+                if value is None:
+                    self.out.flush()  # never wait with values unsent that another device may be waiting for
+                    value = here[slot] = self.out.receive(step, self.refs[slot], self.task.states[slot].owner,
+                                                          reader, timeline)
+            elif slot in received:
+                value = received[slot]
+            else:
                 ref, sender = self.task.received[slot]
                 self.out.flush()
-                received[slot] = _receive(self.runtime, self.task, step, ref, sender, reader, timeline)
-            value = received[slot]
-        return _element(value, element)
+                value = received[slot] = self.out.receive(step, ref, sender, reader, timeline)
+            values.append(value if element < 0 else value[element])
+        return tuple(values)
 
 
 def _end_step(task: WindowTask, env: list[Any], series: list[list[Any]], out: _Outgoing) -> None:
@@ -207,32 +218,51 @@ def _element(value: Any, element: int) -> Any:
 
 
 class _Outgoing:
-    """Values to send, gathered per device: one message each when the step ends or before any wait."""
+    """Values to send, gathered per device: one message each when the step ends or before any wait.
+
+    How each peer is reached (its mailbox in this process, a direct link, Dask's comms) is looked up once
+    per window: the address book and the process's devices do not change while a window runs.
+    """
 
     def __init__(self, worker: Any, runtime: Runtime, task: WindowTask):
         self.worker, self.runtime, self.task = worker, runtime, task
         self.pending: dict[str, list[tuple[Tag, Any]]] = {}
         self.sent: list[Sent] = []
         self.timeline: Timeline | None = None
+        self.to_host = runtime.backend.to_host
+        self.routes: dict[str, tuple[Mailbox | None, bool]] = {}  # peer -> (its mailbox here, over a link)
+        self.sources: dict[str, Links | None] = {}  # sender -> the links to read while waiting for it
+
+    def route(self, device: str) -> tuple[Mailbox | None, bool]:
+        found = self.routes.get(device)
+        if found is None:
+            local = in_process(device)
+            found = self.routes[device] = (local, local is None and self.runtime.links.reaches(device))
+        return found
 
     def add(self, step: int, ref: str, value: Any, devices: tuple[str, ...]) -> None:
-        host = self.runtime.backend.to_host(value)
+        host = self.to_host(value)
+        tag = (self.task.loop, step, ref)
         for device in devices:
-            self.pending.setdefault(device, []).append(((self.task.loop, step, ref), host))
+            items = self.pending.get(device)
+            if items is None:
+                self.pending[device] = [(tag, host)]
+            else:
+                items.append((tag, host))
 
     def flush(self) -> None:
         if not self.pending:
             return
-        links = self.runtime.links
+        run = self.task.run
         for device, items in self.pending.items():
             began = time.time() if self.timeline is not None else 0.0
-            local = in_process(device)
+            local, linked = self.route(device)
             if local is not None:  # a device of this process: the value itself, into its mailbox
-                local.put([(self.task.run, tag, value) for tag, value in items])
-            elif links.reaches(device):
-                links.send(device, self.task.run, items)  # written now: nothing to wait for later
+                local.put([(run, tag, value) for tag, value in items])
+            elif linked:
+                self.runtime.links.send(device, run, items)  # written now: nothing to wait for later
             else:
-                self.sent.append(send(self.worker, device, self.task.run, items))
+                self.sent.append(send(self.worker, device, run, items))
             if self.timeline is not None:
                 self.timeline.add("send", f"{', '.join(ref for (_, _, ref), _ in items)} to {device}",
                                   began, time.time())
@@ -242,20 +272,23 @@ class _Outgoing:
         for done in self.sent:
             done.result()
 
-
-def _receive(runtime: Runtime, task: WindowTask, step: int, ref: str, sender: str, reader: str,
-             timeline: Timeline | None) -> Any:
-    start = time.time()
-    # a device of this process puts its values into the mailbox itself (and wakes us): nothing to read
-    links = runtime.links if runtime.links.reaches(sender) and in_process(sender) is None else None
-    try:
-        value = runtime.mailbox.take(task.run, (task.loop, step, ref), sender, links)
-    except RunError as exc:
-        raise RunError(f"op '{reader}' on {task.device}: {exc}") from None
-    moved = runtime.backend.to_device(value, reader)
-    stop = time.time()
-    if timeline is not None:
-        timeline.add("wait", f"{ref} from {sender}", start, stop)
-    runtime.record(task.run, f"{ref}@{task.device}", "exchange", task.device, start, stop - start,
-                   int(getattr(moved, "nbytes", 0)))
-    return moved
+    def receive(self, step: int, ref: str, sender: str, reader: str, timeline: Timeline | None) -> Any:
+        """The value ``sender`` sent for ``ref`` at ``step``, waiting for it; on this device."""
+        runtime, task = self.runtime, self.task
+        start = time.time()
+        if sender in self.sources:
+            links = self.sources[sender]
+        else:  # a device of this process puts its values into the mailbox itself (and wakes us): nothing to read
+            local, linked = self.route(sender)
+            links = self.sources[sender] = runtime.links if linked else None
+        try:
+            value = runtime.mailbox.take(task.run, (task.loop, step, ref), sender, links)
+        except RunError as exc:
+            raise RunError(f"op '{reader}' on {task.device}: {exc}") from None
+        moved = runtime.backend.to_device(value, reader)
+        stop = time.time()
+        if timeline is not None:
+            timeline.add("wait", f"{ref} from {sender}", start, stop)
+        runtime.record(task.run, f"{ref}@{task.device}", "exchange", task.device, start, stop - start,
+                       int(getattr(moved, "nbytes", 0)))
+        return moved
