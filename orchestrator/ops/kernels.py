@@ -287,10 +287,15 @@ def _numeric(xp: Any, value: Any, p: Params, index: int | None) -> Any:
 
 def _check_declared(p: Params, array: Any, spec: Mapping[str, Any], index: int | None) -> None:
     """The spec declared this output's shape (and maybe dtype): the memory plan relied on it."""
-    shape = tuple(int(d) for d in spec.get("shape", ()))
+    declared_shape = spec.get("shape", ())
     wanted_dtype = spec.get("dtype")  # without one, only the shape is promised
-    if tuple(array.shape) == shape and (wanted_dtype is None or str(array.dtype) == str(wanted_dtype)):
-        return
+    if wanted_dtype is None or str(array.dtype) == str(wanted_dtype):
+        # the spec's shape is a list of ints: compared as it is, then (should it differ) as ints, as it means
+        if array.shape == tuple(declared_shape):
+            return
+        if tuple(array.shape) == tuple(int(d) for d in declared_shape):
+            return
+    shape = tuple(int(d) for d in declared_shape)
     which = f"fn '{p['fn']}'" + ("" if index is None else f" (value {index})")
     declared = f"{list(shape)}" + (f" {wanted_dtype}" if wanted_dtype else "")
     raise KernelError(f"{which} returned shape {list(array.shape)} {array.dtype}, but the op declares output "

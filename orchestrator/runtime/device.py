@@ -89,18 +89,20 @@ class Runtime:
 
     def record(self, run: str, op: str, kind: str, ran_on: str, start: float, duration: float,
                nbytes: int, error: str = "") -> None:
+        key, end = (run, op, kind), start + duration
         with self.lock:
-            entry = self.records.get((run, op, kind))
+            entry = self.records.get(key)
             if entry is None:
-                self.records[(run, op, kind)] = {"run": run, "op": op, "kind": kind, "ran_on": ran_on,
-                                                 "start": start, "duration": duration, "bytes": nbytes,
-                                                 "count": 1, "error": error, "end": start + duration}
-            else:
-                entry["count"] += 1
-                entry["duration"] += duration
-                entry["end"] = max(entry["end"], start + duration)  # its last run's end: a copy's real stop
-                entry["bytes"] = nbytes
-                entry["error"] = error or entry["error"]
+                self.records[key] = {"run": run, "op": op, "kind": kind, "ran_on": ran_on, "start": start,
+                                     "duration": duration, "bytes": nbytes, "count": 1, "error": error, "end": end}
+                return
+            entry["count"] += 1
+            entry["duration"] += duration
+            if end > entry["end"]:  # its last run's end: a copy's real stop
+                entry["end"] = end
+            entry["bytes"] = nbytes
+            if error:
+                entry["error"] = error
 
     def ran_window(self, run: str, loop: str, start: float, stop: float, opens: bool,
                    steps: tuple[int, int] = (0, 0)) -> None:
@@ -245,7 +247,11 @@ def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], s
     start = time.time()
     if task.copies_of:
         raw = _unless_failed(task, raw)
-    failed = next((x for x in raw if isinstance(x, CopyFailed)), None)
+    failed = None
+    for x in raw:  # (a loop, not next() over a generator: this runs for every op of every step)
+        if isinstance(x, CopyFailed):
+            failed = x
+            break
     if failed is None and task.copies == "copy":
         failed = _copy_starts(task, runtime, worker)
     if failed is not None and task.copies != "gather":
@@ -254,8 +260,9 @@ def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], s
         if backend.name == "host":  # host memory is Dask's to account: nothing to adopt or charge
             value = _with_timeout(task, runtime, raw, at)
         else:
-            inputs = tuple(x if isinstance(x, CopyFailed) else backend.adopt(x, task.name) for x in raw)
-            value = backend.execute(task.name, lambda: _with_timeout(task, runtime, inputs, at))
+            adopt, name = backend.adopt, task.name
+            inputs = tuple([x if isinstance(x, CopyFailed) else adopt(x, name) for x in raw])
+            value = backend.execute(name, lambda: _with_timeout(task, runtime, inputs, at))
     except Exception as exc:
         if task.copies == "copy":  # the copy fails, the sweep goes on
             return _after_failed(task, runtime, CopyFailed(task.name, runtime.config.name, _said(exc, task)), start)
@@ -329,6 +336,8 @@ def _with_timeout(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step:
     runtime.running[thread] = task.name
     try:
         if not task.retry_on:
+            if task.timeout is None:  # the common case, without _bounded's frame
+                return kernel(task, runtime, inputs, step)
             return _bounded(task, runtime, inputs, step)
         return retried(task, lambda: _bounded(task, runtime, inputs, step), lambda began, exc: runtime.record(
             task.run, task.name, "failed", runtime.config.name, began, time.time() - began, 0,

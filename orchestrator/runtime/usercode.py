@@ -54,7 +54,8 @@ class WorkingDirectory:
     """The process's working directory, lent to user calls: calls running at one time share one folder."""
 
     def __init__(self) -> None:
-        self._changed = threading.Condition()
+        # a plain lock under the condition: entered twice per call, and nothing here re-enters it
+        self._changed = threading.Condition(threading.Lock())
         self._folder = ""  # the folder lent now; "" while no call runs
         self._holders = 0
         self._home: str | None = None  # the directory before the first call in: restored after the last
@@ -66,7 +67,10 @@ class WorkingDirectory:
 
     def enter(self, folder: str) -> None:
         with self._changed:
-            if self._holders and (self._folder != folder or self._waiting):
+            if self._holders:
+                if self._folder == folder and not self._waiting:  # a call of the folder lent now: join it
+                    self._holders += 1
+                    return
                 self._wait_for(folder)
             if not self._holders:
                 try:
@@ -77,7 +81,8 @@ class WorkingDirectory:
                     try:
                         os.chdir(folder)
                     except OSError:
-                        self._changed.notify_all()  # those that waited behind this call may go
+                        if self._waiting:
+                            self._changed.notify_all()  # those that waited behind this call may go
                         raise
                 self._folder = folder
             self._holders += 1
@@ -102,7 +107,8 @@ class WorkingDirectory:
                 with contextlib.suppress(OSError):
                     os.chdir(self._home)
             self._folder = ""
-            self._changed.notify_all()
+            if self._waiting:  # only a waiting call is woken (most calls find none: no notify to pay)
+                self._changed.notify_all()
 
 
 class _Lease:
