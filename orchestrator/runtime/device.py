@@ -27,7 +27,7 @@ from .backends import Backend, DeviceConfig, make_backend
 from ..atomic import FileSet
 from ..errors import OpFailedError, OpTimeoutError, OrchestratorError
 from ..ops import KernelError, lookup
-from ..ops.values import CopyFailed, failure_in
+from ..ops.values import CopyFailed, failure_in, first_failed
 from .exchange import Mailbox
 from .retrying import not_retried, retried
 from .tasks import OpTask
@@ -98,11 +98,8 @@ class Runtime:
                 return
             entry["count"] += 1
             entry["duration"] += duration
-            if end > entry["end"]:  # its last run's end: a copy's real stop
-                entry["end"] = end
-            entry["bytes"] = nbytes
-            if error:
-                entry["error"] = error
+            entry["end"], entry["bytes"] = max(entry["end"], end), nbytes  # its last run's end: a copy's real stop
+            entry["error"] = error or entry["error"]
 
     def ran_window(self, run: str, loop: str, start: float, stop: float, opens: bool,
                    steps: tuple[int, int] = (0, 0)) -> None:
@@ -247,11 +244,7 @@ def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], s
     start = time.time()
     if task.copies_of:
         raw = _unless_failed(task, raw)
-    failed = None
-    for x in raw:  # (a loop, not next() over a generator: this runs for every op of every step)
-        if isinstance(x, CopyFailed):
-            failed = x
-            break
+    failed = first_failed(raw)
     if failed is None and task.copies == "copy":
         failed = _copy_starts(task, runtime, worker)
     if failed is not None and task.copies != "gather":
@@ -335,10 +328,8 @@ def _with_timeout(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step:
     thread, began = threading.get_ident(), time.perf_counter()
     runtime.running[thread] = task.name
     try:
-        if not task.retry_on:
-            if task.timeout is None:  # the common case, without _bounded's frame
-                return kernel(task, runtime, inputs, step)
-            return _bounded(task, runtime, inputs, step)
+        if not task.retry_on:  # no timeout (most ops): the kernel here, without _bounded's frame
+            return (kernel if task.timeout is None else _bounded)(task, runtime, inputs, step)
         return retried(task, lambda: _bounded(task, runtime, inputs, step), lambda began, exc: runtime.record(
             task.run, task.name, "failed", runtime.config.name, began, time.time() - began, 0,
             error=f"{type(exc).__name__}: {exc} (retried: run.retry_on)"))
