@@ -54,8 +54,10 @@ class WorkingDirectory:
     """The process's working directory, lent to user calls: calls running at one time share one folder."""
 
     def __init__(self) -> None:
-        # a plain lock under the condition: entered twice per call, and nothing here re-enters it
-        self._changed = threading.Condition(threading.Lock())
+        # a plain lock, taken as itself (C, not Condition's Python methods): twice per call, never re-entered;
+        # the condition on it only for a call of another folder waiting
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._folder = ""  # the folder lent now; "" while no call runs
         self._holders = 0
         self._home: str | None = None  # the directory before the first call in: restored after the last
@@ -66,7 +68,7 @@ class WorkingDirectory:
         return _Lease(self, folder)
 
     def enter(self, folder: str) -> None:
-        with self._changed:
+        with self._lock:
             if self._holders:
                 if self._folder == folder and not self._waiting:  # a call of the folder lent now: join it
                     self._holders += 1
@@ -99,7 +101,7 @@ class WorkingDirectory:
                 del self._waiting[folder]
 
     def leave(self) -> None:
-        with self._changed:
+        with self._lock:
             self._holders -= 1
             if self._holders:
                 return
