@@ -78,20 +78,24 @@ class SimulatedGPUBackend:
         return self._charge(value, op)
 
     def _charge(self, value: Any, op: str) -> Any:
-        key = id(value)
+        # Nothing is allocated under the lock: an allocation may run the garbage collector, which may free
+        # another array of this device, whose callback takes the lock (not re-entrant) in this same thread.
+        key, size = id(value), int(value.nbytes)
+        charge = _Charge(value, self._release)
+        charge.key, charge.size = key, size
         with self._lock:
-            charge = self._tracked.get(key)
-            if charge is not None and charge() is value:  # charged meanwhile, by another thread
+            held = self._tracked.get(key)
+            if held is not None and held() is value:  # charged meanwhile, by another thread
                 return value
-            size = int(value.nbytes)
-            if self.limit is not None and self.in_use + size > self.limit:
-                raise DeviceOutOfMemory(self.config.name, op, size, self.in_use, self.limit)
-            self.in_use += size
-            if self.in_use > self.peak:
-                self.peak = self.in_use
-            charge = _Charge(value, self._release)
-            charge.key, charge.size = key, size
-            self._tracked[key] = charge
+            over = self.limit is not None and self.in_use + size > self.limit
+            if not over:
+                self.in_use += size
+                if self.in_use > self.peak:
+                    self.peak = self.in_use
+                self._tracked[key] = charge
+            in_use = self.in_use
+        if over:
+            raise DeviceOutOfMemory(self.config.name, op, size, in_use, self.limit or 0)
         return value
 
     def execute(self, op: str, fn: Callable[[], Any]) -> Any:
