@@ -35,6 +35,12 @@ def _dtype(p: Params) -> str:
     return str(p.get("dtype", "float64"))
 
 
+def _as_dtype(arr: np.ndarray[Any, Any], p: Params) -> np.ndarray[Any, Any]:
+    # a draw is float64: no conversion (nor a dtype parsed from its name) for the default
+    dtype = p.get("dtype", "float64")
+    return arr if dtype == "float64" else arr.astype(str(dtype), copy=False)
+
+
 def _host_rng(p: Params, step: int = 0, stream: tuple[int, ...] = ()) -> np.random.Generator:
     # one PCG64 stream per (seed, copy of a construct, loop step): replicas draw different
     # batches, every step draws a fresh one, and a plain op is reproducible from its seed
@@ -59,12 +65,12 @@ def fill(ctx: KernelContext, p: Params) -> Any:
 
 def uniform(ctx: KernelContext, p: Params) -> Any:
     arr = _host_rng(p, ctx.step, ctx.stream).uniform(p.get("low", 0.0), p.get("high", 1.0), size=_shape(p))
-    return ctx.xp.asarray(arr.astype(_dtype(p), copy=False))
+    return ctx.xp.asarray(_as_dtype(arr, p))
 
 
 def normal(ctx: KernelContext, p: Params) -> Any:
     arr = _host_rng(p, ctx.step, ctx.stream).normal(p.get("mean", 0.0), p.get("stddev", 1.0), size=_shape(p))
-    return ctx.xp.asarray(arr.astype(_dtype(p), copy=False))
+    return ctx.xp.asarray(_as_dtype(arr, p))
 
 
 def variable(ctx: KernelContext, p: Params, *ins: Any) -> Any:
@@ -287,10 +293,15 @@ def _numeric(xp: Any, value: Any, p: Params, index: int | None) -> Any:
 
 def _check_declared(p: Params, array: Any, spec: Mapping[str, Any], index: int | None) -> None:
     """The spec declared this output's shape (and maybe dtype): the memory plan relied on it."""
-    shape = tuple(int(d) for d in spec.get("shape", ()))
+    declared_shape = spec.get("shape", ())
     wanted_dtype = spec.get("dtype")  # without one, only the shape is promised
-    if tuple(array.shape) == shape and (wanted_dtype is None or str(array.dtype) == str(wanted_dtype)):
-        return
+    if wanted_dtype is None or str(array.dtype) == str(wanted_dtype):
+        # the spec's shape is a list of ints: compared as it is, then (should it differ) as ints, as it means
+        if array.shape == tuple(declared_shape):
+            return
+        if tuple(array.shape) == tuple(int(d) for d in declared_shape):
+            return
+    shape = tuple(int(d) for d in declared_shape)
     which = f"fn '{p['fn']}'" + ("" if index is None else f" (value {index})")
     declared = f"{list(shape)}" + (f" {wanted_dtype}" if wanted_dtype else "")
     raise KernelError(f"{which} returned shape {list(array.shape)} {array.dtype}, but the op declares output "

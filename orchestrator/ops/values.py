@@ -56,6 +56,14 @@ def failure_in(value: object) -> CopyFailed | None:
     return None
 
 
+def first_failed(values: tuple[object, ...]) -> CopyFailed | None:
+    """The first of an op's inputs that is a CopyFailed, else None (every op of every step asks: a plain loop)."""
+    for value in values:
+        if isinstance(value, CopyFailed):
+            return value
+    return None
+
+
 def without_failed(values: tuple[object, ...]) -> tuple[object, ...]:
     """The values of the copies that did not fail."""
     return tuple(v for v in values if not isinstance(v, CopyFailed))

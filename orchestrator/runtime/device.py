@@ -27,7 +27,7 @@ from .backends import Backend, DeviceConfig, make_backend
 from ..atomic import FileSet
 from ..errors import OpFailedError, OpTimeoutError, OrchestratorError
 from ..ops import KernelError, lookup
-from ..ops.values import CopyFailed, failure_in
+from ..ops.values import CopyFailed, failure_in, first_failed
 from .exchange import Mailbox
 from .retrying import not_retried, retried
 from .tasks import OpTask
@@ -89,18 +89,17 @@ class Runtime:
 
     def record(self, run: str, op: str, kind: str, ran_on: str, start: float, duration: float,
                nbytes: int, error: str = "") -> None:
+        key, end = (run, op, kind), start + duration
         with self.lock:
-            entry = self.records.get((run, op, kind))
+            entry = self.records.get(key)
             if entry is None:
-                self.records[(run, op, kind)] = {"run": run, "op": op, "kind": kind, "ran_on": ran_on,
-                                                 "start": start, "duration": duration, "bytes": nbytes,
-                                                 "count": 1, "error": error, "end": start + duration}
-            else:
-                entry["count"] += 1
-                entry["duration"] += duration
-                entry["end"] = max(entry["end"], start + duration)  # its last run's end: a copy's real stop
-                entry["bytes"] = nbytes
-                entry["error"] = error or entry["error"]
+                self.records[key] = {"run": run, "op": op, "kind": kind, "ran_on": ran_on, "start": start,
+                                     "duration": duration, "bytes": nbytes, "count": 1, "error": error, "end": end}
+                return
+            entry["count"] += 1
+            entry["duration"] += duration
+            entry["end"], entry["bytes"] = max(entry["end"], end), nbytes  # its last run's end: a copy's real stop
+            entry["error"] = error or entry["error"]
 
     def ran_window(self, run: str, loop: str, start: float, stop: float, opens: bool,
                    steps: tuple[int, int] = (0, 0)) -> None:
@@ -245,7 +244,7 @@ def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], s
     start = time.time()
     if task.copies_of:
         raw = _unless_failed(task, raw)
-    failed = next((x for x in raw if isinstance(x, CopyFailed)), None)
+    failed = first_failed(raw)
     if failed is None and task.copies == "copy":
         failed = _copy_starts(task, runtime, worker)
     if failed is not None and task.copies != "gather":
@@ -254,8 +253,9 @@ def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], s
         if backend.name == "host":  # host memory is Dask's to account: nothing to adopt or charge
             value = _with_timeout(task, runtime, raw, at)
         else:
-            inputs = tuple(x if isinstance(x, CopyFailed) else backend.adopt(x, task.name) for x in raw)
-            value = backend.execute(task.name, lambda: _with_timeout(task, runtime, inputs, at))
+            adopt, name = backend.adopt, task.name
+            inputs = tuple([x if isinstance(x, CopyFailed) else adopt(x, name) for x in raw])
+            value = backend.execute(name, lambda: _with_timeout(task, runtime, inputs, at))
     except Exception as exc:
         if task.copies == "copy":  # the copy fails, the sweep goes on
             return _after_failed(task, runtime, CopyFailed(task.name, runtime.config.name, _said(exc, task)), start)
@@ -328,8 +328,8 @@ def _with_timeout(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step:
     thread, began = threading.get_ident(), time.perf_counter()
     runtime.running[thread] = task.name
     try:
-        if not task.retry_on:
-            return _bounded(task, runtime, inputs, step)
+        if not task.retry_on:  # no timeout (most ops): the kernel here, without _bounded's frame
+            return (kernel if task.timeout is None else _bounded)(task, runtime, inputs, step)
         return retried(task, lambda: _bounded(task, runtime, inputs, step), lambda began, exc: runtime.record(
             task.run, task.name, "failed", runtime.config.name, began, time.time() - began, 0,
             error=f"{type(exc).__name__}: {exc} (retried: run.retry_on)"))

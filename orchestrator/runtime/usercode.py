@@ -29,6 +29,16 @@ folder themselves and never depend on the directory. A call abandoned past
 its ``timeout`` keeps its lease until it returns by itself: a call of another
 folder in that process waits for it.
 
+**Each call pays for its lease** (a ``getcwd`` and two ``chdir``, about 4 µs
+with the lock, against 10 µs or more of the smallest user function): the
+directory is not kept lent between calls. Keeping it would save those system
+calls but let the process's other code (the client's, in ``--sync`` or an
+in-process cluster) see the spec's folder between ops, and a function that
+changes the directory itself would move where the next call starts. So every
+call enters its folder afresh, whatever the one before did with it, and the
+last one out puts back what was there before the first
+(``tests/test_device_hot_path.py``).
+
 **Errors show the user's frame first**: :func:`user_origin` names the
 innermost frame of the user's own code (not NumPy's, not the standard
 library's), then where the exception was raised when that is elsewhere.
@@ -54,7 +64,10 @@ class WorkingDirectory:
     """The process's working directory, lent to user calls: calls running at one time share one folder."""
 
     def __init__(self) -> None:
-        self._changed = threading.Condition()
+        # a plain lock, taken as itself (C, not Condition's Python methods): twice per call, never re-entered;
+        # the condition on it only for a call of another folder waiting
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._folder = ""  # the folder lent now; "" while no call runs
         self._holders = 0
         self._home: str | None = None  # the directory before the first call in: restored after the last
@@ -65,8 +78,11 @@ class WorkingDirectory:
         return _Lease(self, folder)
 
     def enter(self, folder: str) -> None:
-        with self._changed:
-            if self._holders and (self._folder != folder or self._waiting):
+        with self._lock:
+            if self._holders:
+                if self._folder == folder and not self._waiting:  # a call of the folder lent now: join it
+                    self._holders += 1
+                    return
                 self._wait_for(folder)
             if not self._holders:
                 try:
@@ -77,7 +93,8 @@ class WorkingDirectory:
                     try:
                         os.chdir(folder)
                     except OSError:
-                        self._changed.notify_all()  # those that waited behind this call may go
+                        if self._waiting:
+                            self._changed.notify_all()  # those that waited behind this call may go
                         raise
                 self._folder = folder
             self._holders += 1
@@ -94,7 +111,7 @@ class WorkingDirectory:
                 del self._waiting[folder]
 
     def leave(self) -> None:
-        with self._changed:
+        with self._lock:
             self._holders -= 1
             if self._holders:
                 return
@@ -102,7 +119,8 @@ class WorkingDirectory:
                 with contextlib.suppress(OSError):
                     os.chdir(self._home)
             self._folder = ""
-            self._changed.notify_all()
+            if self._waiting:  # only a waiting call is woken (most calls find none: no notify to pay)
+                self._changed.notify_all()
 
 
 class _Lease:
