@@ -7,15 +7,24 @@ the op and the device — so nothing a user sees per op is lost. Values the
 partition's later ops no longer need are dropped after their last reader
 (the simulated GPU gives their memory back then, as the memory planner
 assumes); what other partitions read is returned, alone or as a tuple.
+
+A partition of a big plan carries thousands of ops, and its task is pickled
+on the client, unpickled and pickled again by the scheduler, and unpickled on
+the worker. So it pickles as its label and one bytes object, its program (the
+ops as columns, :func:`~.tasks.pack_ops`, and the wiring), made once on the
+client; the scheduler copies those bytes as they are, and the worker reads
+them back once, on first use. State: a task read back keeps its program
+bytes (to pickle again as it came) until its fields are first read.
 """
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .device import _runtime, execute
-from .tasks import OpTask
+from .tasks import OpTask, pack_ops, unpack_ops
 
 Wire = tuple[int, int]  # (slot, element): slot of a value (arguments first, then ops); element of a tuple or -1
 
@@ -31,6 +40,37 @@ class PartitionTask:
     publish: tuple[Wire, ...]  # the values returned: one (returned as is), several (a tuple) or none
     n_args: int  # leading task arguments that are values; the rest are control tokens
     arg_index: tuple[int, ...] = ()  # per value argument: the element of a tuple it is, or -1
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        program = self.__dict__.get(_PROGRAM)
+        if program is None:
+            wiring = (self.inputs, self.frees, self.publish, self.n_args, self.arg_index)
+            try:
+                program = pickle.dumps((pack_ops(self.ops), *wiring), protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:  # a value plain pickle cannot write (Dask's pickler may): the fields as they are
+                return PartitionTask, (self.label, self.ops, *wiring)
+            self.__dict__[_PROGRAM] = program  # pickled again (a resubmission): the same bytes
+        return _restore_partition, (self.label, program)
+
+    if not TYPE_CHECKING:  # (mypy keeps checking attribute names)
+        def __getattr__(self, name: str) -> Any:
+            # only for a field a task read back has not unpacked yet (present fields never come here)
+            program = self.__dict__.get(_PROGRAM)
+            if program is None or name not in _PROGRAM_FIELDS:
+                raise AttributeError(name)
+            packed, *wiring = pickle.loads(program)
+            self.__dict__.update(zip(_PROGRAM_FIELDS, (unpack_ops(packed), *wiring)))
+            return self.__dict__[name]
+
+
+_PROGRAM = "_program"
+_PROGRAM_FIELDS = ("ops", "inputs", "frees", "publish", "n_args", "arg_index")
+
+
+def _restore_partition(label: str, program: bytes) -> PartitionTask:
+    task = object.__new__(PartitionTask)
+    task.__dict__.update({"label": label, _PROGRAM: program})
+    return task
 
 
 def run_partition(task: PartitionTask, *args: Any) -> Any:
