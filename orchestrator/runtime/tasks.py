@@ -81,14 +81,21 @@ def pack_ops(ops: Sequence[OpTask]) -> tuple[int, tuple[tuple[bool, Any], ...]]:
     A partition or window carries thousands of ops whose run token, kind, defaults and most settings
     repeat: as columns, pickle writes plain tuples at C speed with no call per op, and the repeats once.
     """
+    return pack_rows(list(map(_op_task_values, ops)))  # (C speed: no Python frame per op)
+
+
+def pack_rows(rows: Sequence[tuple[Any, ...]]) -> tuple[int, tuple[tuple[bool, Any], ...]]:
+    """:func:`pack_ops` of the ops whose values, in field order, are ``rows`` (without making the ops)."""
+    if not rows:
+        return 0, tuple((True, d) for d in _OP_TASK_DEFAULTS)
     columns = []
-    for values in zip(*map(_op_task_values, ops)):  # (C speed: no Python frame per op)
+    for values in zip(*rows):
         first = values[0]
         same = all(map(is_, values, repeat(first))) or (
             type(first) in _INTERCHANGEABLE and set(map(type, values)) == {type(first)}
             and values.count(first) == len(values))
         columns.append((True, first) if same else (False, values))
-    return len(ops), tuple(columns) if ops else tuple((True, d) for d in _OP_TASK_DEFAULTS)
+    return len(rows), tuple(columns)
 
 
 def unpack_ops(packed: tuple[int, tuple[tuple[bool, Any], ...]]) -> tuple[OpTask, ...]:
