@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.api import plan_file
-from orchestrator.spec.validate.graph import kahn_order, topological_order
+from orchestrator.spec.validate.order import kahn_order, topological_order
 
 
 def _random_spec(tmp_path: Path, seed: int, n: int = 40) -> Path:
