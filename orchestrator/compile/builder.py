@@ -287,9 +287,9 @@ class GraphBuilder:
                        for row in wires)
         returned = tuple((n_args + local[r.op], r.output if r.output is not None and spec.op(r.op).outputs > 1
                           else -1) for r in refs)
-        payload = PartitionTask(part.label, tuple(self.op_task(name, step) for name in part.ops), inputs,
-                                frees, returned, n_args,
-                                tuple(arg_index) if any(i >= 0 for i in arg_index) else ())
+        payload = PartitionTask.from_rows(part.label, [self.op_values(name, step) for name in part.ops], inputs,
+                                          frees, returned, n_args,
+                                          tuple(arg_index) if any(i >= 0 for i in arg_index) else ())
         first = spec.op(part.ops[0])
         key = self.names.partition(part.label, first.kind, first.params, suffix)
         self.add(key, Task(key, run_partition, payload, *args, *controls), device, part.ops[0], part.retries)
@@ -315,6 +315,10 @@ class GraphBuilder:
 
     def op_task(self, op_name: str, step: int, indices: tuple[int | None, ...] = ()) -> OpTask:
         """The payload of one op: what its kernel needs on the worker, paths resolved as the op declares."""
+        return OpTask.from_values(*self.op_values(op_name, step, indices))
+
+    def op_values(self, op_name: str, step: int, indices: tuple[int | None, ...] = ()) -> tuple[Any, ...]:
+        """An op's payload as its values in OpTask's field order (a partition packs them as columns at once)."""
         op = self.spec.op(op_name)
         definition = lookup(op.kind)
         params = op.params
@@ -322,13 +326,12 @@ class GraphBuilder:
             params = {**params, **{p: os.path.join(self.out_dir, str(params[p])) for p in definition.writes
                                    if p in params}}
         needs_dir = definition is not None and definition.needs_base_dir
-        # positional, in OpTask's field order, without the frozen dataclass's __init__ (100k ops compile)
-        return OpTask.from_values(
-            op.name, op.kind, params, len(op.inputs), self.token, step, op.input_keys,
-            op.timeout if op.timeout is not None else self.default_timeout, self.log,
-            self.base_dir if needs_dir else "", op.outputs, indices if indices.count(None) != len(indices) else (),
-            copy_role(op), op.scope.indices, self.marks.get(op.name, ()),
-            (op.retries or self.spec.run.retries) if self.spec.run.retry_on else 0, self.spec.run.retry_on)
+        run = self.spec.run
+        return (op.name, op.kind, params, len(op.inputs), self.token, step, op.input_keys,
+                op.timeout if op.timeout is not None else self.default_timeout, self.log,
+                self.base_dir if needs_dir else "", op.outputs, indices if indices.count(None) != len(indices) else (),
+                copy_role(op), op.scope.indices, self.marks.get(op.name, ()),
+                (op.retries or run.retries) if run.retry_on else 0, run.retry_on)
 
     def to_host(self, value: Located, ref: OpRef) -> str:
         value = self.materialize(value, ref)

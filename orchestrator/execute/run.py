@@ -39,7 +39,7 @@ from ..compile.records import CompiledGraph
 from ..plan.records import Plan
 from .records import (LoopNews, LoopOutcome, LoopProgressView, RunReport, RunResult, RunSettings, RunTotals,
                       SearchOutcome, SweepNews, TransferRecord)
-from ..perf import paused_gc
+from ..perf import frozen_heap, paused_gc
 from ..runtime import LOG_TOPIC, discard_saves, drain_records
 from .caching import CacheUse, open_for_run, outermost_loop
 from .checkpointing import writer_for
@@ -221,7 +221,7 @@ class Runner:
         started = time.time()
         context: Any = performance_report(filename=self.settings.performance_report) \
             if self.settings.performance_report else contextlib.nullcontext()
-        with client.as_current(), context:
+        with client.as_current(), context, frozen_heap():  # (the plan lives the whole run: see perf)
             self.cache = self.open_cache()
             if self.spec.loops or self.cache is not None:
                 values = self.run_staged(StagedRun(self.plan, self.options(), self, cache=self.cache))

@@ -59,6 +59,7 @@ deterministic: the same spec gives the same plan.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -143,7 +144,7 @@ class Placer:
     def config(self) -> PlacementConfig:
         return self.spec.placement
 
-    @property
+    @functools.cached_property  # (asked once per op; the cluster does not change while placing)
     def device_types(self) -> frozenset[str]:
         """The device types the cluster has: CPU (every task has CPU:0), and GPU when a job has one."""
         return frozenset({"CPU"} | ({"GPU"} if any(job.logical_gpus for job in self.cluster.jobs) else set()))
@@ -286,7 +287,7 @@ class Placer:
         job = self.cluster.job(spec.job)
         if job is None or spec.task is None or spec.task >= job.tasks or spec.replica not in (0, None):
             return self.missing_task(op, spec, job), self.missing_task_hint(spec, job), False
-        prefix = f"Could not satisfy explicit device specification '{spec}' for op '{op.name}'"
+        prefix = "Could not satisfy explicit device specification '{}' for op '{}'"  # (filled only if needed)
         soft = "or set placement.soft: true"
         if self.cluster.lost and self.cluster.is_lost(spec):  # ``plan --without``: the device is gone
             return (f"op '{op.name}' is placed on {spec} (from {res.sources.get('device_index', 'default')}), "
@@ -294,14 +295,14 @@ class Placer:
         if spec.device_type == "GPU":
             n = job.logical_gpus
             if n == 0:
-                return (f"{prefix}: the cluster has no GPU on that task",
+                return (f"{prefix.format(spec, op.name)}: the cluster has no GPU on that task",
                         f"add gpus: N to job '{job.name}', pin it to /cpu:0, {soft}", True)
             if spec.device_index != ANY and isinstance(spec.device_index, int) and spec.device_index >= n:
-                return (f"{prefix}: the cluster has {_gpu_range(n)} on that task",
+                return (f"{prefix.format(spec, op.name)}: the cluster has {_gpu_range(n)} on that task",
                         self.index_hint(res, f"pin it to {'one of ' if n > 1 else ''}{_gpu_range(n)}, "
                                              f"add GPUs to job '{job.name}', {soft}"), True)
         elif spec.device_index not in (0, ANY):
-            return (f"{prefix}: the cluster has only CPU:0 on that task",
+            return (f"{prefix.format(spec, op.name)}: the cluster has only CPU:0 on that task",
                     self.index_hint(res, f"pin it to /cpu:0, {soft}"), True)
         kernels = kernels_of(op.kind, op.params)
         if spec.device_type not in kernels:

@@ -41,8 +41,8 @@ from .graph import (
     check_refs,
     check_rules,
     infer_values,
-    topological_order,
 )
+from .order import topological_order
 from .checkpoints import check_checkpoints
 from .loops import check_loops
 from .searches import settle_rules

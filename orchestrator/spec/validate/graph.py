@@ -8,12 +8,12 @@ inside a construct's body is reported as the user wrote it (``'c' in
 
 from __future__ import annotations
 
-import heapq
 import math
 import re
 from typing import Mapping, Sequence
 
 from ..constructs import CONSTRUCTS, Construct
+from ...devices import DeviceSpec
 from ...errors import YamlPath, did_you_mean
 from ...ops.values import ValueInfo
 from ..records import Cluster, Op, OpRef, PlacementConfig
@@ -260,55 +260,6 @@ def _outputs_hint(target: Op, name: str | None = None) -> str:
     return f"use {name}"
 
 
-def topological_order(ops: Sequence[Op], by_name: Mapping[str, Op]) -> tuple[list[Op], list[list[str]]]:
-    """Kahn's order, stable in graph order, and the cycles found (each as a closed path)."""
-    deps = {op.name: [r.op for r in op.inputs if r.op in by_name] + [a for a in op.after if a in by_name]
-            for op in ops}
-    index = {op.name: i for i, op in enumerate(ops)}
-    pending = {name: len(set(d)) for name, d in deps.items()}
-    users: dict[str, list[str]] = {}
-    for name, d in deps.items():
-        for dep in set(d):
-            users.setdefault(dep, []).append(name)
-
-    ready = [index[n] for n, k in pending.items() if k == 0]
-    heapq.heapify(ready)
-    order: list[Op] = []
-    while ready:
-        op = ops[heapq.heappop(ready)]
-        order.append(op)
-        for user in users.get(op.name, ()):
-            pending[user] -= 1
-            if pending[user] == 0:
-                heapq.heappush(ready, index[user])
-    if len(order) == len(ops):
-        return order, []
-    return order, _cycles({n for n, k in pending.items() if k > 0}, deps, index)
-
-
-def _cycles(stuck: set[str], deps: Mapping[str, list[str]], index: Mapping[str, int]) -> list[list[str]]:
-    cycles: list[list[str]] = []
-    seen: set[str] = set()
-    for start in sorted(stuck, key=index.__getitem__):
-        if start in seen:
-            continue
-        path: list[str] = []
-        on_path: dict[str, int] = {}
-        node = start
-        while node not in on_path and node not in seen:
-            on_path[node] = len(path)
-            path.append(node)
-            node = next(d for d in deps[node] if d in stuck)
-        if node in on_path:
-            # walked consumer -> producer; show it as data flows, from the earliest op
-            loop = list(reversed(path[on_path[node]:]))
-            first = min(range(len(loop)), key=lambda i: index[loop[i]])
-            loop = loop[first:] + loop[:first]
-            cycles.append(loop + [loop[0]])
-        seen.update(path)
-    return cycles
-
-
 def infer_values(c: Checker, order: Sequence[Op], by_name: Mapping[str, Op]) -> dict[str, tuple[ValueInfo, ...]]:
     values: dict[str, tuple[ValueInfo, ...]] = {}
     unknown = ValueInfo(None, None)
@@ -362,11 +313,15 @@ def fmt_shape(shape: tuple[int, ...]) -> str:
 
 def check_devices(c: Checker, ops: Sequence[Op], cluster: Cluster, placement: PlacementConfig) -> None:
     seen: set[YamlPath] = set()
+    fine: set[DeviceSpec] = set()  # found to exist: thousands of ops name the same few devices
     for op in ops:
         for req in op.device_chain:
-            if req.path not in seen:
+            if req.path not in seen and req.spec not in fine:
                 seen.add(req.path)
+                said = len(c.diags)
                 device_exists(c, req.spec, req.path, cluster, placement.soft)
+                if len(c.diags) == said:  # (one that does not is reported at each path that names it)
+                    fine.add(req.spec)
     if placement.default is not None:
         device_exists(c, placement.default, ("placement", "default"), cluster, False)
     for rule in placement.rules:
