@@ -36,9 +36,15 @@ def paused_gc() -> Iterator[None]:
 
 @contextmanager
 def frozen_heap() -> Iterator[None]:
-    """While inside, the cyclic collector leaves alone every object that existed on entry."""
-    gc.freeze()
+    """While inside, the cyclic collector leaves alone every object that existed on entry.
+
+    Only where nothing is frozen yet: ``gc.unfreeze`` thaws every frozen object, so a process that froze
+    its own heap (a server forking workers, as CPython's docs suggest) keeps it as it was."""
+    mine = gc.get_freeze_count() == 0
+    if mine:
+        gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        if mine:
+            gc.unfreeze()

@@ -44,3 +44,17 @@ def test_a_run_freezes_the_heap_while_it_runs_and_thaws_it_after(tmp_path: Path)
     ran = [count for line, count in frozen.items() if line.startswith("loop 'loop' ran")]
     assert ran and ran[0] > 0  # the plan, the spec and the rest of the heap, left alone mid-run
     assert gc.get_freeze_count() == before == 0  # and collectable again once it is over
+
+
+def test_a_heap_frozen_by_the_caller_stays_frozen_after_a_run() -> None:
+    from orchestrator.perf import frozen_heap
+
+    gc.freeze()  # a process that froze its own heap, as a forking server does
+    try:
+        theirs = gc.get_freeze_count()
+        assert theirs > 0
+        with frozen_heap():
+            assert gc.get_freeze_count() == theirs  # nothing of ours added, so nothing of theirs thawed after
+        assert gc.get_freeze_count() == theirs
+    finally:
+        gc.unfreeze()
