@@ -117,3 +117,21 @@ def test_a_peer_that_dies_in_the_middle_of_a_batch_fails_the_wait_naming_it() ->
         b.mailbox.take("run", (0, 1, "x"), "A", b)
     assert time.monotonic() - started < 10.0
     a.close(), b.close()
+
+
+class _CountedPickles(np.ndarray):
+    """An array subclass that counts how often it is pickled."""
+
+    pickled = 0
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        type(self).pickled += 1
+        return super().__reduce_ex__(protocol)
+
+
+def test_a_big_value_that_is_not_sent_raw_is_not_pickled_for_a_compact_frame_first() -> None:
+    big = np.zeros(compact.COMPACT_BYTES // 8 + 1).view(_CountedPickles)  # too big for a compact frame
+    assert compact.pack([("run", (0, 1, "x"), big)]) is None
+    assert _CountedPickles.pickled == 0  # the frame's own pickle is the only one it gets
+    small = np.zeros(4).view(_CountedPickles)
+    assert compact.pack([("run", (0, 1, "x"), small)]) is not None and _CountedPickles.pickled == 1

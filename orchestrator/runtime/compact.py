@@ -83,6 +83,8 @@ def pack(items: Sequence[tuple[str, Sequence[Any], Any]]) -> bytes | None:
         name = str(ref).encode()
         raw = _raw(value)
         if raw is None:
+            if isinstance(getattr(value, "nbytes", None), int) and value.nbytes > COMPACT_BYTES:
+                return None  # a big array of another kind (Fortran order, a subclass): not pickled twice
             data = pickle.dumps(value, protocol=5)
             parts += [_ITEM.pack(loop, step, len(name), PICKLED), name, _PICKLED_LEN.pack(len(data)), data]
             size += _ITEM.size + len(name) + _PICKLED_LEN.size + len(data)
