@@ -26,10 +26,9 @@ so at step 1,145 in one of five runs; a loop whose ps device ends each step
 last stalls in its first windows: ``tests/test_host_processes.py``). So a
 host worker starts the highest-priority task whose resources are free,
 which is the top of each device's own queue, as a worker per device would
-start it. The seats stay
-as they were (each device runs at most its threads' worth of Dask tasks, and
-each task runs with its own device's runtime), so nothing a device is
-charged, capped or recorded changes. Compile was left alone on purpose:
+start it. The seats stay as they were (each device runs at most its
+threads' worth of Dask tasks, and each task runs with its own device's
+runtime), so nothing a device is charged, capped or recorded changes. Compile was left alone on purpose:
 asking a light task for no seat would free those tasks only, not an
 evaluation's ops, which need their device's seat.
 

@@ -132,7 +132,7 @@ class _Window:
         for v in (self.arrive_later if step > task.start else self.arrive_first):
             here[v] = None
         env: list[Any] = [None] * len(task.ops)
-        first, last = step == task.start, step < self.last
+        first, more = step == task.start, step < self.last  # (more: a step follows this one in the window)
         for j, (op, inputs, sends, updates, flush, frees) in enumerate(self.steps):
             raw = self.inputs(inputs, env, here, received, step, op.name, timeline)
             began = time.time() if timeline is not None else 0.0
@@ -143,7 +143,7 @@ class _Window:
                 out.add(step, ref, value if element < 0 else value[element], devices)
             for v, element, ref, readers in updates:  # a state goes on to its readers as soon as it is made
                 self.state[v] = value if element < 0 else value[element]
-                if last and readers:
+                if more and readers:
                     out.add(step + 1, ref, self.state[v], readers)
             if flush:
                 out.flush()
