@@ -247,6 +247,7 @@ def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, op
             for d in shape.devices}
     carried: dict[str, Located] = {}
     metric_keys: dict[str, str] = {}
+    elements: dict[str, int] = {}  # a metric read from its part's own result: its element there
     for d in shape.devices:
         mine = [name for name in shape.order if shape.device_of[name] == d]
         args = _Args()
@@ -266,15 +267,36 @@ def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, op
                              len(args.refs), tuple(args.index) if any(i >= 0 for i in args.index) else (),
                              loop.name, _sampled(loop, start, last, offset),
                              tuple(n in urgent and bool(sends[d].get(j)) for j, n in enumerate(mine)),
-                             start in loop.rungs)
+                             start in loop.rungs, tuple(shape.devices), tuple(shape.order.index(n) for n in mine))
         device = DeviceSpec.parse(d)
         builder.add(keys[d], Task(keys[d], run_window, payload, *args.refs, *controls), device, mine[0], 0)
         builder.partition_ops[keys[d]] = tuple(mine)
         for i, v in enumerate(owned):
             carried[loop.state[v].name] = Located(keys[d], device, i)
         here = [(name, ref) for name, ref in loop.metrics if shape.device_of[ref.op] == d]
+        direct = _small(plan, [loop.state[v].update for v in owned])
         for position, (name, ref) in enumerate(here, start=len(owned)):
-            metric_keys[name] = builder.materialize(Located(keys[d], device, position), ref).key
+            if direct:  # the client reads the part's own result: no getter task waiting for the device's thread
+                metric_keys[name], elements[name] = keys[d], position
+            else:
+                metric_keys[name] = builder.materialize(Located(keys[d], device, position), ref).key
     compiled = replace(builder.build({}, {}), gang=tuple(keys.values()))
     return CompiledWindow(compiled, carried, (tuple(metric_keys[name] for name, _ in loop.metrics),),
-                          tuple(keys.values()), {}, last, metrics_stacked=True, devices=keys)
+                          tuple(keys.values()), {}, last, metrics_stacked=True, devices=keys,
+                          metric_elements=tuple(elements.get(name, -1) for name, _ in loop.metrics))
+
+
+DIRECT_READ_BYTES = 64 << 10  # a part whose carried states are this small at most is read whole by the client
+
+
+def _small(plan: Plan, updates: list[OpRef]) -> bool:
+    """Whether the states a device's part carries out (made by ``updates``) are small enough that the client
+    may read the part's whole result for its metrics.
+
+    A getter task for a metric needs a thread of the device, which the device's next window holds until it
+    ends: so the client would read window k only once window k + 1 is done, and submit k + 2 only then,
+    leaving the device idle between windows. Reading the part's result costs the client its carried states
+    as well, so only where they are small (as planned; a size not known counts as large).
+    """
+    sizes = [plan.placement(ref.op).out_bytes for ref in updates]
+    return all(size is not None for size in sizes) and sum(s or 0 for s in sizes) <= DIRECT_READ_BYTES

@@ -59,3 +59,6 @@ class CompiledWindow:
     last_step: int  # the number of steps done once this window is
     metrics_stacked: bool = False  # a metric key holds the window's values stacked (else one step's value)
     devices: Mapping[str, str] = field(default_factory=dict)  # device -> its part of the window (gang windows)
+    # per metric of the (single) chunk: its element in its key's tuple (the key a part of a gang window, read
+    # whole by the client), or -1 (the key holds the metric itself); empty: -1 for all
+    metric_elements: tuple[int, ...] = ()

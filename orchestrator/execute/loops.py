@@ -345,9 +345,11 @@ class StagedRun(RunValues):
                                      futures, list(window.sink_keys))
         if not loop.metrics:  # nothing to read: wait for the window's carried state instead
             self.submitter.gather({}, futures, list(futures))
+        elements = window.metric_elements or (-1,) * len(loop.metrics)
         for keys in window.metric_keys:
-            for (name, _), key in zip(loop.metrics, keys):
-                rows = np.asarray(flat[key]) if window.metrics_stacked else [flat[key]]  # stacked: a row per step
+            for (name, _), key, element in zip(loop.metrics, keys, elements):
+                value = flat[key] if element < 0 else flat[key][element]
+                rows = np.asarray(value) if window.metrics_stacked else [value]  # stacked: a row per step
                 for row in rows:
                     series[name].append(metric_value(loop.name, name, row, len(series[name]) + 1))
         latest = ", ".join(f"{name} {float(np.asarray(values[-1])):.4g}" for name, values in series.items() if values)

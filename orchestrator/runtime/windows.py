@@ -37,6 +37,7 @@ from .exchange import Mailbox, Sent, Tag, in_process, send
 from .links import Links
 from .device import Runtime, _runtime, execute
 from .tasks import OpTask
+from .together import Part, devices_here, meet
 
 # Where an input comes from at a step: (kind, slot, element)
 LOCAL, ARG, STATE, RECEIVED = 0, 1, 2, 3
@@ -77,35 +78,91 @@ class WindowTask:
     sample: int | None = None  # the first of two steps whose timelines this device records (the step picture)
     urgent: tuple[bool, ...] = ()  # per op: its sends go at once (the next step waits for them)
     resumes: bool = False  # the first window after a decision step of a sweep's rule (the loop was paused there)
+    devices: tuple[str, ...] = ()  # every device of the window (its peers: together.devices_here)
+    positions: tuple[int, ...] = ()  # per op: its place in the step's order across the window's devices
 
 
 def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
-    """Run this device's ops for the window's steps; the states it carries and its metrics."""
+    """Run this device's ops for the window's steps; the states it carries and its metrics.
+
+    Where other devices of the window live in this process, their Dask tasks meet and one thread runs all
+    their ops (:mod:`.together`); each task still returns its own device's part.
+    """
     worker, runtime = _runtime()
-    began = time.time()
     outer = [a if not task.arg_index or task.arg_index[i] < 0 else a[task.arg_index[i]]
              for i, a in enumerate(args[:task.n_args])]
     del args
-    window = _Window(task, worker, runtime, outer)
-    for step in range(task.start, window.last + 1):
-        window.run_step(step)
-    window.out.wait()  # the window ends once every value it sent is on its way
-    runtime.ran_window(task.run, task.loop_name, began, time.time(), task.first or task.resumes,
-                       (task.start + 1, window.last + 1))  # counted from 1, as the metric series
-    carried = tuple(window.state[v] for v, rule in enumerate(task.states) if rule.update is not None)
-    return carried + tuple(np.stack([np.asarray(x) for x in values]) for values in window.series)
+    here = devices_here(task.device, task.devices)
+    part = Part(task, worker, runtime, outer)
+    if len(here) > 1:
+        result: tuple[Any, ...] = meet(part, here, run_together)
+        return result
+    return run_together([part])[0]
+
+
+def run_together(parts: list[Part]) -> list[tuple[Any, ...]]:
+    """Run the windows of ``parts`` in this thread, step after step; each part's result, in order.
+
+    One part is a device's window alone. Several are devices of one process: their ops run interleaved in
+    the step's order (a value is made before any device reads it), handed over by reference at once, so no
+    thread waits for another and nothing waits for the interpreter lock.
+    """
+    began = time.time()
+    windows = [_Window(p.task, p.worker, p.runtime, p.outer, fused=len(parts) > 1) for p in parts]
+    if len(windows) == 1:
+        window = windows[0]
+        for step in range(window.task.start, window.last + 1):
+            window.run_step(step)
+    else:
+        _interleave(windows)
+    results = []
+    for window in windows:
+        task, runtime = window.task, window.runtime
+        window.out.wait()  # the window ends once every value it sent is on its way
+        runtime.ran_window(task.run, task.loop_name, began, time.time(), task.first or task.resumes,
+                           (task.start + 1, window.last + 1))  # counted from 1, as the metric series
+        carried = tuple(window.state[v] for v, rule in enumerate(task.states) if rule.update is not None)
+        results.append(carried + tuple(np.stack([np.asarray(x) for x in values]) for values in window.series))
+    return results
+
+
+def _interleave(windows: list[_Window]) -> None:
+    """Every step of one process's windows, their ops in the step's order across devices."""
+    outs = [window.out for window in windows]
+
+    def flush_all() -> None:  # before any wait: a value unsent may be what a device elsewhere waits for
+        for out in outs:
+            out.flush()
+
+    for window in windows:
+        window.flush_all = flush_all
+    flush_all()  # the states each owner passes on at the window's start
+    program = [(window, j) for _, _, window, j in
+               sorted((position, k, window, j) for k, window in enumerate(windows)
+                      for j, position in enumerate(window.task.positions))]
+    task = windows[0].task
+    for step in range(task.start, task.start + task.steps):
+        for window in windows:
+            window.begin(step)
+        for window, j in program:
+            window.run_op(j)
+        for window in windows:
+            window.end()
 
 
 class _Window:
     """One device's window while it runs: the states it holds, the metrics so far, what it sends.
 
     What a step does is laid out once, when the window starts (the inputs of each op, the states that
-    arrive each step, the sends after each op), so that a step only follows it.
+    arrive each step, the sends after each op), so that a step only follows it: :meth:`begin`, then
+    :meth:`run_op` for each op (alone, in this device's order; ``fused``, interleaved with the other
+    devices of this process, whose values it hands over right after each op), then :meth:`end`.
     """
 
-    def __init__(self, task: WindowTask, worker: Any, runtime: Runtime, outer: list[Any]):
+    def __init__(self, task: WindowTask, worker: Any, runtime: Runtime, outer: list[Any], fused: bool = False):
         self.task, self.worker, self.runtime, self.outer = task, worker, runtime, outer
-        self.out = _Outgoing(worker, runtime, task)
+        self.out = _Outgoing(worker, runtime, task, fused)
+        self.flush_all = self.out.flush
         self.state = _first_states(task, outer, self.out)
         self.series: list[list[Any]] = [[] for _ in task.metrics]
         self.last = task.start + task.steps - 1
@@ -115,43 +172,60 @@ class _Window:
             if rule.update is not None:
                 self.updates[rule.update[0]].append((v, rule.update[1], self.refs[v], rule.send_to))
         self.flush_after = [bool(task.urgent and task.urgent[j]) or any(u[3] for u in self.updates[j])
-                            for j in range(len(task.ops))]
+                            or (fused and bool(task.sends[j])) for j in range(len(task.ops))]
         # the states updated elsewhere: they arrive for each step after the first (at the first too when sent)
         arriving = [(v, rule.first[0] == RECEIVED) for v, rule in enumerate(task.states)
                     if rule.update is None and rule.first is not None]
         self.arrive_later = tuple(v for v, _ in arriving)
         self.arrive_first = tuple(v for v, received in arriving if received)
         self.steps = list(zip(task.ops, task.inputs, task.sends, self.updates, self.flush_after, task.frees))
+        # the step running now (begin .. end)
+        self.step, self.first, self.more = task.start, True, True
+        self.timeline: Timeline | None = None
+        self.received: dict[int, Any] = {}
+        self.here: list[Any] = []
+        self.env: list[Any] = []
 
     def run_step(self, step: int) -> None:
-        task, out, runtime, worker = self.task, self.out, self.runtime, self.worker
-        timeline = Timeline(step) if task.sample is not None and 0 <= step - task.sample <= 1 else None
-        out.timeline = timeline
-        received: dict[int, Any] = {}
-        here = list(self.state)
+        self.begin(step)
+        for j in range(len(self.steps)):
+            self.run_op(j)
+        self.end()
+
+    def begin(self, step: int) -> None:
+        task = self.task
+        self.step, self.first, self.more = step, step == task.start, step < self.last  # more: a step follows
+        self.timeline = self.out.timeline = (Timeline(step) if task.sample is not None
+                                             and 0 <= step - task.sample <= 1 else None)
+        self.received = {}
+        here = self.here = list(self.state)
         for v in (self.arrive_later if step > task.start else self.arrive_first):
             here[v] = None
-        env: list[Any] = [None] * len(task.ops)
-        first, more = step == task.start, step < self.last  # (more: a step follows this one in the window)
-        for j, (op, inputs, sends, updates, flush, frees) in enumerate(self.steps):
-            raw = self.inputs(inputs, env, here, received, step, op.name, timeline)
-            began = time.time() if timeline is not None else 0.0
-            value = env[j] = execute(op, runtime, worker, raw, step, first)
-            if timeline is not None:
-                timeline.add("op", op.name, began, time.time())
-            for ref, element, devices in sends:
-                out.add(step, ref, value if element < 0 else value[element], devices)
-            for v, element, ref, readers in updates:  # a state goes on to its readers as soon as it is made
-                self.state[v] = value if element < 0 else value[element]
-                if more and readers:
-                    out.add(step + 1, ref, self.state[v], readers)
-            if flush:
-                out.flush()
-            for slot in frees:
-                env[slot] = None
-        _end_step(task, env, self.series, out)
+        self.env = [None] * len(task.ops)
+
+    def run_op(self, j: int) -> None:
+        op, inputs, sends, updates, flush, frees = self.steps[j]
+        env, out, step, timeline = self.env, self.out, self.step, self.timeline
+        raw = self.inputs(inputs, env, self.here, self.received, step, op.name, timeline)
+        began = time.time() if timeline is not None else 0.0
+        value = env[j] = execute(op, self.runtime, self.worker, raw, step, self.first)
         if timeline is not None:
-            runtime.sample_step(task.run, task.loop_name, task.device, timeline.finish())
+            timeline.add("op", op.name, began, time.time())
+        for ref, element, devices in sends:
+            out.add(step, ref, value if element < 0 else value[element], devices)
+        for v, element, ref, readers in updates:  # a state goes on to its readers as soon as it is made
+            self.state[v] = value if element < 0 else value[element]
+            if self.more and readers:
+                out.add(step + 1, ref, self.state[v], readers)
+        if flush:
+            out.flush()
+        for slot in frees:
+            env[slot] = None
+
+    def end(self) -> None:
+        _end_step(self.task, self.env, self.series, self.out)
+        if self.timeline is not None:
+            self.runtime.sample_step(self.task.run, self.task.loop_name, self.task.device, self.timeline.finish())
 
     def inputs(self, sources: tuple[Source, ...], env: list[Any], here: list[Any], received: dict[int, Any],
                step: int, reader: str, timeline: Timeline | None) -> tuple[Any, ...]:
@@ -165,14 +239,14 @@ class _Window:
             elif kind == STATE:
                 value = here[slot]
                 if value is None:
-                    self.out.flush()  # never wait with values unsent that another device may be waiting for
+                    self.flush_all()  # never wait with values unsent that another device may be waiting for
                     value = here[slot] = self.out.receive(step, self.refs[slot], self.task.states[slot].owner,
                                                           reader, timeline)
             elif slot in received:
                 value = received[slot]
             else:
                 ref, sender = self.task.received[slot]
-                self.out.flush()
+                self.flush_all()
                 value = received[slot] = self.out.receive(step, ref, sender, reader, timeline)
             values.append(value if element < 0 else value[element])
         return tuple(values)
@@ -224,8 +298,8 @@ class _Outgoing:
     per window: the address book and the process's devices do not change while a window runs.
     """
 
-    def __init__(self, worker: Any, runtime: Runtime, task: WindowTask):
-        self.worker, self.runtime, self.task = worker, runtime, task
+    def __init__(self, worker: Any, runtime: Runtime, task: WindowTask, fused: bool = False):
+        self.worker, self.runtime, self.task, self.fused = worker, runtime, task, fused
         self.pending: dict[str, list[tuple[Tag, Any]]] = {}
         self.sent: list[Sent] = []
         self.timeline: Timeline | None = None
@@ -282,7 +356,10 @@ class _Outgoing:
             local, linked = self.route(sender)
             links = self.sources[sender] = runtime.links if linked else None
         try:
-            value = runtime.mailbox.take(task.run, (task.loop, step, ref), sender, links)
+            if self.fused and self.route(sender)[0] is not None:  # made already in this thread: never waited for
+                value = runtime.mailbox.take_ready(task.run, (task.loop, step, ref), sender)
+            else:
+                value = runtime.mailbox.take(task.run, (task.loop, step, ref), sender, links)
         except RunError as exc:
             raise RunError(f"op '{reader}' on {task.device}: {exc}") from None
         moved = runtime.backend.to_device(value, reader)

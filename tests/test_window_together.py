@@ -1,0 +1,216 @@
+"""The devices of one process run a loop window in one thread (``runtime.together``), and the client reads a
+gang window's metrics from the window's own result where its carried states are small (``compile.gang``).
+
+In one process (``processes: host``) every device's op of a window runs on one thread, interleaved in the step's
+order, with each device's values and records as before; where only some of a window's devices share a process,
+those run together and the others are reached over the links as before. The meeting of the window's Dask tasks
+gives up when the run is aborted, and an error in the window ends every device's task with it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orchestrator.api import plan_file, run_file
+from orchestrator.compile.gang import DIRECT_READ_BYTES, _small
+from orchestrator.errors import RunError
+from orchestrator.runtime.backends import DeviceConfig
+from orchestrator.runtime.device import Runtime
+from orchestrator.runtime.together import _MEETINGS, WAKE_SECONDS, Part, meet
+from orchestrator.runtime.windows import WindowTask
+from orchestrator.spec.refs import OpRef
+
+LOOP = """\
+version: 1
+cluster:
+  jobs:
+{jobs}
+graph:
+  - {{name: w0, op: variable, shape: [{size}], init: zeros, device: {ps}}}
+  - name: train
+    iterate:
+      steps: 40
+      window: 10
+      state: {{w: w0}}
+      body:
+        - {{name: a, op: call, fn: "mark_fns:half", inputs: [w], params: {{tag: a}}, kernels: [cpu, gpu],
+           output: {{shape: [{size}]}}, device: {gpu}:0}}
+        - {{name: b, op: call, fn: "mark_fns:half", inputs: [w], params: {{tag: b}}, kernels: [cpu, gpu],
+           output: {{shape: [{size}]}}, device: {gpu}:1}}
+        - {{name: w_next, op: call, fn: "mark_fns:plus", inputs: [a, b], kernels: [cpu, gpu],
+           output: {{shape: [{size}]}}, device: {ps}}}
+        - {{name: total, op: call, fn: "mark_fns:total", inputs: [w_next], kernels: [cpu, gpu],
+           output: {{shape: []}}, device: {ps}}}
+      update: {{w: w_next}}
+      metrics: {{total: total}}
+outputs:
+  train.w: "-"
+  train.total: "-"
+"""
+MARK_FNS = '''
+import os
+import threading
+
+
+def _mark(tag):
+    with open("threads", "a") as out:
+        out.write(f"{os.getpid()} {threading.get_ident()} {tag}\\n")
+
+
+def half(w, xp, tag):
+    _mark(tag)
+    return 0.5 * w + 0.5  # a + b = w + 1: after n steps every element is n
+
+
+def plus(a, b, xp):
+    _mark("w_next")
+    return a + b
+
+
+def total(w, xp):
+    _mark("total")
+    return xp.sum(w)
+'''
+ONE_HOST = "    localhost: {gpus: 2, processes: host}"
+PS_APART = "    ps: {tasks: 1}\n    worker: {tasks: 1, gpus: 2, processes: host}"
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def write(tmp_path: Path, jobs: str, ps: str, gpu: str, size: int = 3) -> Path:
+    (tmp_path / "mark_fns.py").write_text(MARK_FNS)
+    spec = tmp_path / "loop.yaml"
+    spec.write_text(LOOP.format(jobs=jobs, ps=ps, gpu=gpu, size=size))
+    return spec
+
+
+def marks(tmp_path: Path) -> list[tuple[str, str, str]]:
+    return [tuple(line.split()) for line in (tmp_path / "threads").read_text().splitlines()]  # type: ignore[misc]
+
+
+def check_values(result: object, size: int = 3) -> None:
+    values = result.values  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(np.asarray(values["train.w"]), np.full(size, 40.0))
+    np.testing.assert_array_equal(np.asarray(values["train.total"]), size * np.arange(1.0, 41.0))
+
+
+@pytest.mark.cluster
+def test_every_device_of_one_process_runs_its_window_ops_on_one_thread_in_the_step_order(tmp_path: Path) -> None:
+    spec = write(tmp_path, ONE_HOST, "/cpu:0", "/gpu")
+    check_values(run_file(spec, echo=quiet))
+    seen = marks(tmp_path)
+    assert len(seen) == 160 and len({pid for pid, _, _ in seen}) == 1
+    for window in range(4):  # 10 steps of 4 calls each: one thread, the ops in the step's order
+        part = seen[window * 40:(window + 1) * 40]
+        assert len({thread for _, thread, _ in part}) == 1, part
+        assert [tag for _, _, tag in part] == ["a", "b", "w_next", "total"] * 10
+
+
+@pytest.mark.cluster
+def test_devices_sharing_a_process_run_together_and_reach_a_device_elsewhere_over_the_links(tmp_path: Path) -> None:
+    """The worker task's two GPUs share a process (one thread a window); the ps device has its own."""
+    spec = write(tmp_path, PS_APART, "/job:ps/task:0/cpu:0", "/job:worker/task:0/gpu")
+    check_values(run_file(spec, echo=quiet))
+    by_pid: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for pid, thread, tag in marks(tmp_path):
+        by_pid[pid].append((thread, tag))
+    assert len(by_pid) == 2
+    gpus = next(rows for rows in by_pid.values() if rows[0][1] in "ab")
+    assert len(gpus) == 80
+    for window in range(4):
+        part = gpus[window * 20:(window + 1) * 20]
+        assert len({thread for thread, _ in part}) == 1, part
+        assert [tag for _, tag in part] == ["a", "b"] * 10
+
+
+@pytest.mark.cluster
+def test_a_process_per_device_gives_the_same_values(tmp_path: Path) -> None:
+    spec = write(tmp_path, ONE_HOST.replace("host", "device"), "/cpu:0", "/gpu")
+    check_values(run_file(spec, echo=quiet))
+    assert len({pid for pid, _, _ in marks(tmp_path)}) == 3
+
+
+def test_the_client_reads_a_window_s_own_result_only_where_its_carried_states_are_small(tmp_path: Path) -> None:
+    """Otherwise each window would bring its states to the client: a metric gets a getter task, as before."""
+    small = plan_file(write(tmp_path, ONE_HOST, "/cpu:0", "/gpu"))
+    assert _small(small, [OpRef("train/w_next")])
+    size = DIRECT_READ_BYTES // 8 + 1  # float64 elements: one past the limit
+    large = plan_file(write(tmp_path, ONE_HOST, "/cpu:0", "/gpu", size=size))
+    assert not _small(large, [OpRef("train/w_next")])
+
+
+@pytest.mark.cluster
+def test_a_loop_with_large_states_reads_its_metrics_through_getters_with_the_same_values(tmp_path: Path) -> None:
+    size = DIRECT_READ_BYTES // 8 + 1
+    spec = write(tmp_path, ONE_HOST, "/cpu:0", "/gpu", size=size)
+    check_values(run_file(spec, echo=quiet), size)
+
+
+# ------------------------------------------------------------------ the meeting itself
+
+
+def part(device: str, devices: tuple[str, ...] = ("d0", "d1"), run: str = "r") -> Part:
+    task = WindowTask(0, run, device, 0, 1, True, (), (), (), (), (), (), (), 0, devices=devices)
+    return Part(task, None, Runtime.for_device(DeviceConfig(device, "CPU", "host")), [])
+
+
+def meet_in_thread(each: Part, here: tuple[str, ...], runner: object) -> dict[str, object]:
+    outcome: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = meet(each, here, runner)  # type: ignore[arg-type]
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    outcome["thread"] = thread
+    return outcome
+
+
+def test_the_last_part_to_arrive_runs_them_all_and_each_gets_its_own_result() -> None:
+    ran: list[list[str]] = []
+
+    def runner(parts: list[Part]) -> list[str]:
+        ran.append([p.task.device for p in parts])
+        return [f"result of {p.task.device}" for p in parts]
+
+    first = meet_in_thread(part("d0"), ("d0", "d1"), runner)
+    time.sleep(0.1)
+    assert "value" not in first  # it waits for d1
+    assert meet(part("d1"), ("d0", "d1"), runner) == "result of d1"
+    first["thread"].join(10)  # type: ignore[attr-defined]
+    assert first.get("value") == "result of d0"
+    assert ran == [["d0", "d1"]] and not _MEETINGS
+
+
+def test_an_error_in_the_window_ends_every_part_with_it() -> None:
+    def runner(parts: list[Part]) -> list[str]:
+        raise ValueError("op 'x' failed on d1")
+
+    first = meet_in_thread(part("d0", run="e"), ("d0", "d1"), runner)
+    time.sleep(0.1)
+    with pytest.raises(ValueError, match="op 'x' failed on d1"):
+        meet(part("d1", run="e"), ("d0", "d1"), runner)
+    first["thread"].join(10)  # type: ignore[attr-defined]
+    assert isinstance(first.get("error"), ValueError) and "op 'x' failed" in str(first["error"])
+
+
+def test_a_part_waiting_for_the_others_gives_up_when_the_run_is_aborted() -> None:
+    waiting = part("d0", run="aborted")
+    outcome = meet_in_thread(waiting, ("d0", "d1"), lambda parts: [None for _ in parts])
+    time.sleep(0.1)
+    waiting.runtime.mailbox.abort("aborted", "the run was stopped")
+    outcome["thread"].join(WAKE_SECONDS * 10)  # type: ignore[attr-defined]
+    error = outcome.get("error")
+    assert isinstance(error, RunError) and "the run was stopped" in str(error)
+    assert not _MEETINGS  # a later window never joins the dead meeting
