@@ -177,7 +177,7 @@ def run_plan(plan: Plan, settings: RunSettings | None = None,
     if settings is not None and settings.granularity != "partition":
         # the memory plan follows the granularity (a task per op holds values longer): the report's planned
         # peaks are those of the granularity the run uses
-        plan = plan_memory(plan, settings.granularity)
+        plan = _memory_plan(plan, settings.granularity)
     problem = gpu_backend_problem(settings.gpu_backend) if settings and settings.gpu_backend is not None else None
     if problem is not None:  # the registry's names, before a cluster starts
         raise UsageError(f"--gpu-backend: {problem}")
@@ -194,6 +194,13 @@ def run_plan(plan: Plan, settings: RunSettings | None = None,
     from .execute import run_plan as execute
 
     return execute(plan, settings, echo)
+
+
+def _memory_plan(plan: Plan, granularity: str) -> Plan:
+    """``plan``'s memory planned again at ``granularity``, with the collector paused as ``check_file`` pauses it:
+    a plan is millions of objects that live on, and a full pass over them came round every few thousand ops."""
+    with paused_gc():
+        return plan_memory(plan, granularity)
 
 
 def _replanned(full: Plan, granularity: str, lost: Sequence[str]) -> Replanned:
@@ -214,7 +221,7 @@ def _replanned(full: Plan, granularity: str, lost: Sequence[str]) -> Replanned:
     if not view.ok or checked.plan is None or replan.diff is None:
         first = next((d for d in checked.diagnostics if d.is_error), None)
         return Replanned(None, text, None, first.render() if first is not None else "no plan could be made")
-    plan = checked.plan if granularity == "partition" else plan_memory(checked.plan, granularity)
+    plan = checked.plan if granularity == "partition" else _memory_plan(checked.plan, granularity)
     return Replanned(plan, text, plan_diff_dict(replan.diff))
 
 

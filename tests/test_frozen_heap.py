@@ -8,6 +8,7 @@ so a process that runs again still collects the old plan's cycles.
 from __future__ import annotations
 
 import gc
+import sys
 import textwrap
 from pathlib import Path
 
@@ -58,3 +59,48 @@ def test_a_heap_frozen_by_the_caller_stays_frozen_after_a_run() -> None:
         assert gc.get_freeze_count() == theirs
     finally:
         gc.unfreeze()
+
+
+def _collections_inside(function: str, code_file: str) -> tuple[list[int], object]:
+    """A collector callback counting the collections that start while ``function`` of ``code_file`` runs."""
+    seen: list[int] = []
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase != "start":
+            return
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_name == function and frame.f_code.co_filename.endswith(code_file):
+                seen.append(info["generation"])
+                return
+            frame = frame.f_back  # type: ignore[assignment]
+
+    return seen, callback
+
+
+def test_the_memory_plan_of_a_run_by_op_is_made_with_the_collector_paused(tmp_path: Path) -> None:
+    """``run --granularity op`` plans memory again for its tasks: with the collector running, its passes over
+    the plan's heap came round mid-plan (every ~700 objects made, and a full one as the heap grew)."""
+    from orchestrator.api import plan_file, run_plan
+    from orchestrator.execute.records import RunSettings
+
+    ops = "\n".join(f"  - {{name: a{i}, op: add, inputs: [a{i - 1}], scalar: 1}}" for i in range(1, 300))
+    spec = tmp_path / "chain.yaml"
+    spec.write_text("version: 1\ngraph:\n  - {name: a0, op: ones, shape: [2]}\n" + ops + "\noutputs: {a299: '-'}\n")
+    plan = plan_file(spec)
+    seen, callback = _collections_inside("plan_memory", "plan/memory/__init__.py")
+    enabled, thresholds = gc.isenabled(), gc.get_threshold()
+    gc.enable()
+    gc.set_threshold(10)  # a collection every 10 objects: plan_memory makes thousands for 300 ops
+    gc.callbacks.append(callback)
+    try:
+        result = run_plan(plan, RunSettings(sync=True, granularity="op"))
+    finally:
+        gc.callbacks.remove(callback)
+        gc.set_threshold(*thresholds)
+        if not enabled:
+            gc.disable()
+    assert list(result.values["a299"]) == [300.0, 300.0]
+    assert result.report["granularity"] == "op"
+    assert seen == []  # no pass while planning
+    assert gc.isenabled()  # and the collector is back on after
