@@ -9,6 +9,7 @@ gives up when the run is aborted, and an error in the window ends every device's
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections import defaultdict
@@ -55,6 +56,7 @@ outputs:
 """
 MARK_FNS = '''
 import os
+import shutil
 import threading
 
 
@@ -214,3 +216,33 @@ def test_a_part_waiting_for_the_others_gives_up_when_the_run_is_aborted() -> Non
     error = outcome.get("error")
     assert isinstance(error, RunError) and "the run was stopped" in str(error)
     assert not _MEETINGS  # a later window never joins the dead meeting
+
+
+@pytest.mark.cluster
+def test_a_training_loop_with_evaluations_early_stop_and_checkpoints_writes_the_same_files_in_one_process(
+        tmp_path: Path) -> None:
+    """examples/train.yaml (an evaluator task, early stopping, checkpoints) with every job in one process."""
+    root = Path(__file__).resolve().parent.parent / "examples"
+    text = (root / "train.yaml").read_text()
+    jobs = ["ps: {tasks: 1", "worker: {tasks: 1, gpus: 2, gpu_memory: {limit: 64MiB}", "evaluator: {tasks: 1"]
+    written, saved = {}, {}
+    for layout in ("device", "host"):
+        folder = tmp_path / layout
+        shutil.copytree(root / "data", folder / "data")
+        shutil.copy(root / "train_fns.py", folder)
+        spec = text
+        for job in jobs:
+            assert job + "}" in spec
+            spec = spec.replace(job + "}", f"{job}, processes: {layout}}}")
+        (folder / "train.yaml").write_text(spec)
+        run_file(folder / "train.yaml", output_dir=str(folder / "out"), echo=quiet)
+        results = folder / "out" / "results"
+        written[layout] = {path.relative_to(results): path.read_bytes() for path in sorted(results.rglob("*"))
+                           if path.is_file() and "checkpoints" not in path.parts}
+        saved[layout] = [dict(np.load(path)) for path in sorted((results / "checkpoints").rglob("*.npz"))]
+    assert written["device"] and written["host"] == written["device"]
+    assert saved["device"] and len(saved["host"]) == len(saved["device"])  # (their names carry the spec's digest)
+    for host, device in zip(saved["host"], saved["device"]):
+        assert host.keys() == device.keys()
+        for name in set(device) - {"header"}:  # (the header says when it was written)
+            np.testing.assert_array_equal(host[name], device[name], err_msg=name)
