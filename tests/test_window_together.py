@@ -20,7 +20,7 @@ import pytest
 
 from orchestrator.api import plan_file, run_file
 from orchestrator.compile.gang import DIRECT_READ_BYTES, _small
-from orchestrator.errors import RunError
+from orchestrator.errors import OrchestratorError, RunError
 from orchestrator.runtime.backends import DeviceConfig
 from orchestrator.runtime.device import Runtime
 from orchestrator.runtime.together import _MEETINGS, WAKE_SECONDS, Part, meet
@@ -246,3 +246,41 @@ def test_a_training_loop_with_evaluations_early_stop_and_checkpoints_writes_the_
         assert host.keys() == device.keys()
         for name in set(device) - {"header"}:  # (the header says when it was written)
             np.testing.assert_array_equal(host[name], device[name], err_msg=name)
+
+
+FAILING_FNS = MARK_FNS + '''
+
+def flaky(w, xp, tag):
+    if w[0] >= 3.0:  # the fourth step
+        raise ValueError("the fourth step fails")
+    return half(w, xp, tag)
+
+
+def sleepy(w, xp, tag):
+    if w[0] >= 3.0:
+        import time
+        time.sleep(30.0)
+    return half(w, xp, tag)
+'''
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("fn, extra, said", [
+    ("flaky", "", "ValueError: the fourth step fails"),
+    ("sleepy", ", timeout: 1", "exceeded its timeout of 1 s"),
+])
+def test_an_op_that_fails_in_a_window_run_in_one_thread_names_itself_and_its_device(
+        tmp_path: Path, fn: str, extra: str, said: str) -> None:
+    spec = write(tmp_path, ONE_HOST, "/cpu:0", "/gpu")
+    (tmp_path / "mark_fns.py").write_text(FAILING_FNS)
+    text = spec.read_text()
+    old = 'fn: "mark_fns:half", inputs: [w], params: {tag: b}, kernels: [cpu, gpu],'
+    assert old in text
+    spec.write_text(text.replace(old, old.replace("half", fn).replace("[cpu, gpu],", f"[cpu, gpu]{extra},")))
+    began = time.monotonic()
+    with pytest.raises(OrchestratorError) as caught:
+        run_file(spec, echo=quiet)
+    message = str(caught.value)
+    assert "'train/b'" in message and "/job:localhost/replica:0/task:0/device:GPU:1" in message, message
+    assert said in message, message
+    assert time.monotonic() - began < 25.0  # not the sleeping op's 30 s
