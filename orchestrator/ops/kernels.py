@@ -210,8 +210,8 @@ def call(ctx: KernelContext, p: Params, *inputs: Any) -> Any:
 
     It runs with the spec's folder as the working directory (``ctx.working_directory``):
     relative paths in user code mean that folder, wherever the client was started.
-    What the params settle (the function, its keywords, the declared outputs) is worked out at the op's
-    first step (``ctx.memo``); the working directory is lent afresh at every call.
+    The function and its keyword params are worked out at the op's first step on its device (``ctx.memo``);
+    the working directory is lent, and the value checked, afresh at every call.
     """
     plan = ctx.memo
     if plan is None:  # (fn, its keyword params): once per op and device
@@ -332,5 +332,5 @@ def _check_declared(p: Params, array: Any, spec: Mapping[str, Any], index: int |
             return
     shape = tuple(int(d) for d in declared_shape)
     declared = f"{list(shape)}" + (f" {wanted_dtype}" if wanted_dtype else "")
-    raise KernelError(f"{_which(p, index)} returned shape {list(array.shape)} {array.dtype}, but the op declares output "
-                      f"{declared}; the memory plan relied on the declaration")
+    raise KernelError(f"{_which(p, index)} returned shape {list(array.shape)} {array.dtype}, but the op declares "
+                      f"output {declared}; the memory plan relied on the declaration")
