@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from orchestrator.errors import DeviceOutOfMemory
+from orchestrator.errors import DeviceOutOfMemory, OpFailedError
 from orchestrator.ops.base import KernelError
 from orchestrator.ops.kernels import _check_declared, normal, uniform
 from orchestrator.runtime.backends import DeviceConfig
@@ -175,3 +176,87 @@ def test_a_call_that_fails_to_enter_its_folder_lets_the_next_one_in(tmp_path: Pa
     with lease.lent(str(spec)):
         assert os.getcwd() == str(spec)
     assert os.getcwd() == str(home)
+
+
+# ------------------------------------------------------------------ an op's context and call's plan, kept across steps
+
+PROBE = '''
+import os
+import numpy as np
+
+RUNTIME = None
+calls = []
+
+def step(x, xp, scale=1.0):
+    calls.append((os.getcwd(), dict(RUNTIME.running) if RUNTIME is not None else {}))
+    os.chdir(os.path.dirname(os.getcwd()))  # the user's own chdir: the next call starts in its folder again
+    n = len(calls)
+    if n == 3:
+        return (x * scale).astype("float32")  # the declared dtype broken at the third step
+    if n == 4:
+        return np.zeros(5)  # the declared shape broken
+    if n == 5:
+        return np.array(["a"], dtype=object)
+    if n == 6:
+        raise ValueError("bad step")
+    return x * scale
+'''
+
+
+def _probe(tmp_path: Path, name: str) -> tuple[Path, OpTask]:
+    """A spec's folder holding the user module ``name``, and a call op of its function."""
+    spec = tmp_path / "spec"
+    spec.mkdir()
+    (spec / f"{name}.py").write_text(PROBE)
+    task = OpTask("c", "call", {"fn": f"{name}:step", "params": {"scale": 2.0},
+                                "output": {"shape": [4], "dtype": "float64"}}, 1, run="r", base_dir=str(spec))
+    return spec, task
+
+
+def test_a_call_kept_across_steps_still_checks_charges_lends_and_names_each_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The context and the function are worked out once per op and device; every step is still checked
+    (declared dtype and shape, numbers), charged, recorded, lent the spec's folder and shown as running."""
+    runtime = Runtime.for_device(DeviceConfig("/job:worker/replica:0/task:0/device:GPU:0", "GPU", "simulated",
+                                              1 << 20))
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.chdir(home)
+    spec, task = _probe(tmp_path, "hot_probe_a")
+    foreign = np.ones(4)
+    first = execute(task, runtime, None, (foreign,), 1, log=False)
+    probe = sys.modules["hot_probe_a"]
+    probe.RUNTIME = runtime  # type: ignore[attr-defined]
+    second = execute(task, runtime, None, (foreign,), 2, log=False)
+    assert np.array_equal(first, foreign * 2.0) and np.array_equal(second, foreign * 2.0)
+    assert runtime.backend.stats()["in_use"] == 3 * 32  # the foreign input charged once, each result
+    assert [cwd for cwd, _ in probe.calls] == [str(spec)] * 2 and os.getcwd() == str(home)
+    assert list(probe.calls[1][1].values()) == ["c"] and runtime.running == {}
+    assert runtime.records[("r", "c", "op")]["count"] == 2 and runtime.busy > 0
+    for step, said in ((3, r"returned shape \[4\] float32, but the op declares output \[4\] float64"),
+                       (4, r"returned shape \[5\] float64"), (5, "returned an array of object"),
+                       (6, r"ValueError: bad step")):
+        with pytest.raises(OpFailedError, match=said) as raised:
+            execute(task, runtime, None, (foreign,), step, log=False)
+        assert raised.value.op == "c" and "GPU:0" in str(raised.value)
+    assert "hot_probe_a.py:" in str(raised.value)  # the user's file and line
+    assert runtime.records[("r", "c", "failed")]["count"] == 4 and os.getcwd() == str(home)
+
+
+def test_a_context_in_use_elsewhere_gives_this_step_its_own() -> None:
+    """An op whose context another thread holds (an op abandoned past its timeout) runs with one of its own,
+    with this step's stream; each device an op runs on has its own."""
+    gpu_config = DeviceConfig("/job:worker/replica:0/task:0/device:GPU:0", "GPU", "simulated", 1 << 20)
+    runtime, other = Runtime.for_device(gpu_config), Runtime.for_device(gpu_config)
+    task = OpTask("x", "random.uniform", {"shape": [5], "seed": 3}, 0, run="r", stream=(1,))
+    execute(task, runtime, None, (), 0, log=False)
+    held = task.__dict__["_context"]
+    assert held.claim.acquire(False)
+    try:
+        drawn = execute(task, runtime, None, (), 7, log=False)
+    finally:
+        held.claim.release()
+    assert np.array_equal(drawn, np.random.default_rng([3, 1, 7]).uniform(0.0, 1.0, size=(5,)))
+    assert held.step == 0  # untouched while held
+    kept = execute(task, other, None, (), 8, log=False)
+    assert task.__dict__["_context"].runtime is other and other.backend.stats()["in_use"] == kept.nbytes == 40

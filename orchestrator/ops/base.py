@@ -37,6 +37,12 @@ class KernelContext(Protocol):
     input_keys: tuple[str, ...] | None  # parameter names when the inputs were written as a mapping
     outputs: int  # how many values the op returns
     stream: tuple[int, ...]  # the copy of each replicate and sweep around the op: each copy its own random stream
+    # the inputs are this device's arrays already (the runtime adopted them): to_device would give each back as
+    # it is, a tuple aside
+    on_device: bool
+    # the kernel's own: what it worked out once from the params, kept across the steps of one op on one device
+    # (None at first; a kernel may find it None again at any step, and works it out again)
+    memo: Any
 
     def to_host(self, value: Any) -> Any: ...
     def to_device(self, value: Any) -> Any: ...

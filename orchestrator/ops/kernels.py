@@ -138,10 +138,12 @@ def mean_n(ctx: KernelContext, p: Params, *xs: Any) -> Any:
     exactly NumPy's mean. A copy of weight 0 (an empty piece) is left out: its
     mean of no rows is NaN, which 0·NaN would carry into the result.
     """
-    weights = [w if isinstance(w, float) else int(w) for w in p["weights"]]  # a sweep's may be any number
+    weights = ctx.memo
+    if weights is None:  # worked out once per op and device
+        weights = ctx.memo = [w if isinstance(w, float) else int(w) for w in p["weights"]]  # a sweep's: any number
     if "weights_last" in p and partial_step(p["batches"], ctx.step):
         weights = [int(w) for w in p["weights_last"]]  # the epoch's partial batch, cut otherwise
-    if any(isinstance(x, CopyFailed) for x in xs):  # a sweep's combine: the copies that did not fail, reweighed
+    if CopyFailed in map(type, xs):  # a sweep's combine: the copies that did not fail, reweighed
         weights = [w for w, x in zip(weights, xs) if not isinstance(x, CopyFailed)]
         xs = tuple(x for x in xs if not isinstance(x, CopyFailed))
         if not xs:
@@ -208,16 +210,19 @@ def call(ctx: KernelContext, p: Params, *inputs: Any) -> Any:
 
     It runs with the spec's folder as the working directory (``ctx.working_directory``):
     relative paths in user code mean that folder, wherever the client was started.
+    The function and its keyword params are worked out at the op's first step on its device (``ctx.memo``);
+    the working directory is lent, and the value checked, afresh at every call.
     """
-    fn = ctx.user_function(str(p["fn"]))
-    xp = ctx.xp
-    device_inputs = [ctx.to_device(x) if x is not None else x for x in inputs]
-    kwargs = dict(p.get("params") or {})
-    args: list[Any] = []
+    plan = ctx.memo
+    if plan is None:  # (fn, its keyword params): once per op and device
+        plan = ctx.memo = (ctx.user_function(str(p["fn"])), dict(p.get("params") or {}))
+    if not ctx.on_device or tuple in map(type, inputs):
+        inputs = tuple([ctx.to_device(x) if x is not None else x for x in inputs])
+    xp, (fn, kwargs) = ctx.xp, plan
+    args: tuple[Any, ...] = inputs
     if ctx.input_keys is not None:
-        kwargs.update(zip(ctx.input_keys, device_inputs))
-    else:
-        args = device_inputs
+        args, kwargs = (), dict(kwargs)
+        kwargs.update(zip(ctx.input_keys, inputs))
     try:
         with ctx.working_directory():
             result = fn(*args, xp=xp, **kwargs)
@@ -230,15 +235,32 @@ def call(ctx: KernelContext, p: Params, *inputs: Any) -> Any:
         if not isinstance(result, (tuple, list)) or len(result) != ctx.outputs:
             got = f"{len(result)} values" if isinstance(result, (tuple, list)) else type(result).__name__
             raise KernelError(f"fn '{p['fn']}' must return {ctx.outputs} arrays (outputs: {ctx.outputs}), got {got}")
-        arrays = tuple(_numeric(xp, r, p, i) for i, r in enumerate(result))
+        arrays = tuple([_numeric(xp, r, p, i) for i, r in enumerate(result)])
     else:
         arrays = (_numeric(xp, result, p, None),)
     declared = p.get("output")
     if declared:
         each = declared if isinstance(declared, list) else [declared] * len(arrays)
         for i, (array, spec) in enumerate(zip(arrays, each)):
-            _check_declared(p, array, spec, i if len(arrays) > 1 else None)
+            wanted = spec.get("dtype")  # as declared at a glance (a dtype NumPy's own, compared by identity)
+            if array.shape == tuple(spec.get("shape", ())) and (wanted is None or array.dtype is _named(wanted)):
+                continue
+            _check_declared(p, array, spec, i if len(arrays) > 1 else None)  # a closer look, and the error
     return arrays if ctx.outputs > 1 else arrays[0]
+
+
+_DTYPES: dict[str, Any] = {}  # a dtype's name -> the dtype named so exactly, or False (never compared by identity)
+
+
+def _named(wanted: Any) -> Any:
+    found = _DTYPES.get(wanted) if type(wanted) is str else False
+    if found is None:
+        try:
+            dtype = np.dtype(wanted)
+        except TypeError:
+            dtype = None
+        found = _DTYPES[wanted] = dtype if dtype is not None and str(dtype) == wanted else False
+    return found
 
 
 def _mismatch(fn: Any, args: Sequence[Any], xp: Any, kwargs: Mapping[str, Any]) -> str | None:
@@ -279,16 +301,23 @@ def _call_hint(ctx: KernelContext, p: Params, fn: Any, n_args: int, kwargs: Mapp
 
 def _numeric(xp: Any, value: Any, p: Params, index: int | None) -> Any:
     """The user function's value as an array of numbers (bool, int, float, complex), else an error."""
-    which = f"fn '{p['fn']}'" + ("" if index is None else f" (value {index})")
+    if type(value) is np.ndarray and xp is np and value.dtype.kind in "biufc":  # what asarray gives back as is
+        return value
     if value is None or isinstance(value, (str, bytes, dict)):
-        raise KernelError(f"{which} returned {type(value).__name__}, not an array of numbers")
+        raise KernelError(f"{_which(p, index)} returned {type(value).__name__}, not an array of numbers")
     try:
         array = xp.asarray(value)
     except (TypeError, ValueError) as exc:
-        raise KernelError(f"{which} returned {type(value).__name__}, which is not an array: {exc}") from None
+        raise KernelError(f"{_which(p, index)} returned {type(value).__name__}, which is not an array: "
+                          f"{exc}") from None
     if array.dtype.kind not in "biufc":
-        raise KernelError(f"{which} returned an array of {array.dtype} ({type(value).__name__}), not of numbers")
+        raise KernelError(f"{_which(p, index)} returned an array of {array.dtype} ({type(value).__name__}), "
+                          "not of numbers")
     return array
+
+
+def _which(p: Params, index: int | None) -> str:
+    return f"fn '{p['fn']}'" + ("" if index is None else f" (value {index})")
 
 
 def _check_declared(p: Params, array: Any, spec: Mapping[str, Any], index: int | None) -> None:
@@ -302,7 +331,6 @@ def _check_declared(p: Params, array: Any, spec: Mapping[str, Any], index: int |
         if tuple(array.shape) == tuple(int(d) for d in declared_shape):
             return
     shape = tuple(int(d) for d in declared_shape)
-    which = f"fn '{p['fn']}'" + ("" if index is None else f" (value {index})")
     declared = f"{list(shape)}" + (f" {wanted_dtype}" if wanted_dtype else "")
-    raise KernelError(f"{which} returned shape {list(array.shape)} {array.dtype}, but the op declares output "
-                      f"{declared}; the memory plan relied on the declaration")
+    raise KernelError(f"{_which(p, index)} returned shape {list(array.shape)} {array.dtype}, but the op declares "
+                      f"output {declared}; the memory plan relied on the declaration")

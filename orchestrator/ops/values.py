@@ -1,9 +1,11 @@
-"""What an op's output is known to be before it runs: shape and dtype (shape inference).
+"""What an op's output is known to be before it runs: shape and dtype (shape inference); and what a value is
+once it ran: a sweep copy's failure in its place (:class:`CopyFailed`), its bytes. No state.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,25 @@ def first_failed(values: tuple[object, ...]) -> CopyFailed | None:
         if isinstance(value, CopyFailed):
             return value
     return None
+
+
+def unless_failed(raw: tuple[Any, ...], n: int, copies_of: tuple[int, ...]) -> tuple[Any, ...]:
+    """A sweep's gathering op's ``n`` inputs without its markers (``raw`` past them; ``copies_of``: the copy of
+    each), every input of a copy whose marker failed that failure: a copy that failed after its metric was made
+    is never selected, gathered or combined."""
+    failed: dict[int, CopyFailed] = {}
+    for marker, copy in zip(raw[n:], copies_of[n:]):
+        found = failure_in(marker)
+        if found is not None:
+            failed.setdefault(copy, found)
+    return tuple(x if isinstance(x, CopyFailed) else failed.get(copy, x) for x, copy in zip(raw[:n], copies_of))
+
+
+def nbytes_of(value: Any) -> int:
+    """The bytes of an op's value (an array, or a tuple of them)."""
+    if isinstance(value, tuple):
+        return sum(nbytes_of(v) for v in value)
+    return int(getattr(value, "nbytes", 0))
 
 
 def without_failed(values: tuple[object, ...]) -> tuple[object, ...]:

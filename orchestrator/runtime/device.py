@@ -14,25 +14,29 @@
 from __future__ import annotations
 
 import concurrent.futures
-import importlib
 import os
-import sys
 import threading
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
 from .backends import Backend, DeviceConfig, make_backend
+from .backends.cupy import CupyBackend
+from .backends.host import HostBackend
+from .backends.simulated import SimulatedGPUBackend
 from ..atomic import FileSet
 from ..errors import OpFailedError, OpTimeoutError, OrchestratorError
-from ..ops import KernelError, lookup
-from ..ops.values import CopyFailed, failure_in, first_failed
+from ..ops import KernelError, lookup, tf_name
+from ..ops.values import CopyFailed, failure_in, first_failed, nbytes_of, unless_failed
 from .exchange import Mailbox
 from .retrying import not_retried, retried
 from .tasks import OpTask
 from .links import Links
-from .usercode import WORKING_DIRECTORY, describe, user_origin
+from .usercode import WORKING_DIRECTORY, describe, import_function, user_origin
 
 LOG_TOPIC = "orchestrator-log"
 # Dask events a worker sends the client: its device and process when it joins (a restarted worker too), and the
@@ -43,6 +47,7 @@ DRAIN_TOPIC = "orchestrator-drain"  # a launcher's drain on notice, and the runs
 RUNTIME_ATTRIBUTE = "orchestrator_runtime"
 DEVICE_METRIC = "orchestrator"  # the Dask worker metric (in each heartbeat) the run's live page reads
 MAX_SAMPLES = 64  # sampled step timelines kept per loop and device in one run
+_NDARRAY = np.ndarray
 
 
 # --------------------------------------------------------------------------- the device runtime
@@ -98,8 +103,11 @@ class Runtime:
                 return
             entry["count"] += 1
             entry["duration"] += duration
-            entry["end"], entry["bytes"] = max(entry["end"], end), nbytes  # its last run's end: a copy's real stop
-            entry["error"] = error or entry["error"]
+            entry["bytes"] = nbytes
+            if end > entry["end"]:  # its last run's end: a copy's real stop
+                entry["end"] = end
+            if error:
+                entry["error"] = error
 
     def ran_window(self, run: str, loop: str, start: float, stop: float, opens: bool,
                    steps: tuple[int, int] = (0, 0)) -> None:
@@ -129,24 +137,10 @@ class Runtime:
     def user_function(self, fn_path: str, base_dir: str, op: str) -> Callable[..., Any]:
         """Import ``package.module:function`` from the spec's directory (or the Python path)."""
         found = self.functions.get((fn_path, base_dir))
-        if found is not None:  # what import_module would return again (the module stays in sys.modules)
-            return found
-        module_name, _, fn_name = fn_path.partition(":")
-        with self.lock:
-            if base_dir not in self.user_paths:
-                sys.path.insert(0, base_dir)
-                self.user_paths.add(base_dir)
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise OpFailedError(op, self.config.name, f"cannot import module '{module_name}' for fn '{fn_path}': "
-                                f"{exc}", f"looked in {base_dir} and the Python path") from None
-        fn = getattr(module, fn_name, None)
-        if fn is None:
-            raise OpFailedError(op, self.config.name, f"module '{module_name}' has no function '{fn_name}'",
-                                module.__file__ or "")
-        self.functions[(fn_path, base_dir)] = fn
-        return fn  # type: ignore[no-any-return]
+        if found is None:  # (once: import_module would return the same module again)
+            found = self.functions[(fn_path, base_dir)] = import_function(fn_path, base_dir, op, self.config.name,
+                                                                          self.user_paths, self.lock)
+        return found
 
 
 _get_worker: Callable[[], Any] | None = None
@@ -188,15 +182,21 @@ def _runtime(worker: Any = None) -> tuple[Any, Runtime]:
 
 
 class _Context:
-    """The :class:`~orchestrator.ops.base.KernelContext` of one op running on this worker."""
+    """The :class:`~orchestrator.ops.base.KernelContext` of one op on this worker: made at its first step, kept
+    on its task (``_HOT``) for the others; a thread finding it in use (an op abandoned past its timeout) makes one."""
 
-    __slots__ = ("runtime", "xp", "name", "device", "step", "base_dir", "input_keys", "outputs", "run", "stream")
+    __slots__ = ("runtime", "xp", "name", "device", "step", "base_dir", "input_keys", "outputs", "run", "stream",
+                 "on_device", "memo", "fn", "lease", "claim")
 
-    def __init__(self, runtime: Runtime, task: OpTask, step: int):
+    def __init__(self, runtime: Runtime, task: OpTask, step: int, fn: Callable[..., Any]):
         self.runtime, self.xp = runtime, runtime.backend.xp
         self.name, self.device, self.step = task.name, runtime.config.name, step
         self.base_dir, self.input_keys, self.outputs = task.base_dir, task.input_keys, task.outputs
-        self.run, self.stream = task.run, task.stream
+        self.run, self.stream, self.fn, self.memo = task.run, task.stream, fn, None
+        # execute adopted the inputs: to_device would give each back as it is (one of ours; a tuple aside)
+        self.on_device = type(runtime.backend) in _ADOPTING
+        self.lease: AbstractContextManager[None] | None = None
+        self.claim = threading.Lock()
 
     def to_host(self, value: Any) -> Any:
         return self.runtime.backend.to_host(value)
@@ -208,16 +208,17 @@ class _Context:
         return self.runtime.user_function(fn, self.base_dir, self.name)
 
     def working_directory(self) -> AbstractContextManager[None]:
-        return WORKING_DIRECTORY.lent(self.base_dir) if self.base_dir else nullcontext()
+        lease = self.lease  # (made once, lent afresh at each entry: it keeps no state of its own)
+        if lease is None:
+            lease = self.lease = WORKING_DIRECTORY.lent(self.base_dir) if self.base_dir else nullcontext()
+        return lease
 
     def stage(self, path: str) -> str:
         return self.runtime.stage(self.run, path)
 
 
-def _nbytes(value: Any) -> int:
-    if isinstance(value, tuple):
-        return sum(_nbytes(v) for v in value)
-    return int(getattr(value, "nbytes", 0))
+_HOT = "_context"  # where an OpTask keeps its op's _Context (not a field: never pickled, compared or packed)
+_ADOPTING = (SimulatedGPUBackend, HostBackend, CupyBackend)
 
 
 def run_op(task: OpTask, *args: Any) -> Any:
@@ -239,39 +240,58 @@ def execute(task: OpTask, runtime: Runtime, worker: Any, raw: tuple[Any, ...], s
     ``log``: False for the window's later steps (placement is logged once per op and window, as TF logs it
     once per graph, not once per step).
     """
-    backend = runtime.backend
     at = task.step if step is None else step
     start = time.time()
     if task.copies_of:
-        raw = _unless_failed(task, raw)
-    failed = first_failed(raw)
+        raw = unless_failed(raw, task.n_inputs, task.copies_of)
+    failed = first_failed(raw) if CopyFailed in map(type, raw) else None  # (C speed: no frame for most ops)
     if failed is None and task.copies == "copy":
         failed = _copy_starts(task, runtime, worker)
     if failed is not None and task.copies != "gather":
         return _after_failed(task, runtime, failed, start)
+    # the op this thread runs now, for the live page: a dict write and a pop per op, no lock (each thread
+    # writes its own entry; the heartbeat reads a copy)
+    running, thread, began = runtime.running, threading.get_ident(), time.perf_counter()
+    running[thread] = task.name
     try:
-        if backend.name == "host":  # host memory is Dask's to account: nothing to adopt or charge
-            value = _with_timeout(task, runtime, raw, at)
-        else:
-            adopt, name = backend.adopt, task.name
-            inputs = tuple([x if isinstance(x, CopyFailed) else adopt(x, name) for x in raw])
-            value = backend.execute(name, lambda: _with_timeout(task, runtime, inputs, at))
+        value = _run(task, runtime, raw, at)
     except Exception as exc:
-        if task.copies == "copy":  # the copy fails, the sweep goes on
-            return _after_failed(task, runtime, CopyFailed(task.name, runtime.config.name, _said(exc, task)), start)
-        runtime.record(task.run, task.name, "failed", runtime.config.name, start, 0.0, 0,
-                       error=f"{type(exc).__name__}: {exc}")
-        if isinstance(exc, OrchestratorError):
-            raise
-        if isinstance(exc, KernelError):  # the kernel's own account: the op, its device, the message
-            raise OpFailedError(task.name, runtime.config.name, str(exc)) from None
-        raise OpFailedError(task.name, runtime.config.name, describe(exc, task.base_dir) + not_retried(task, exc),
-                            user_origin(exc.__traceback__, task.base_dir)) from None
+        return _failed(task, runtime, exc, start)
+    finally:
+        running.pop(thread, None)
+        runtime.busy += time.perf_counter() - began  # (no lock: two threads ending at once may lose one op's time)
     stop = time.time()
-    runtime.record(task.run, task.name, "op", runtime.config.name, start, stop - start, _nbytes(value))
+    runtime.record(task.run, task.name, "op", runtime.config.name, start, stop - start,
+                   value.nbytes if type(value) is _NDARRAY else nbytes_of(value))
     if task.log and log:
-        worker.log_event(LOG_TOPIC, f"Executing op {_tf_name(task.kind)} ({task.name}) in device {worker.name}")
+        worker.log_event(LOG_TOPIC, f"Executing op {tf_name(task.kind)} ({task.name}) in device {worker.name}")
     return value
+
+
+def _run(task: OpTask, runtime: Runtime, raw: tuple[Any, ...], step: int) -> Any:
+    """The op's kernel, with its timeout and retries, on inputs adopted by the device (charged there once)."""
+    backend = runtime.backend
+    attempt = kernel if task.timeout is None and not task.retry_on else _attempts
+    if backend.name == "host":  # host memory is Dask's to account: nothing to adopt or charge
+        return attempt(task, runtime, raw, step)
+    adopt, name = backend.adopt, task.name
+    inputs = tuple([x if isinstance(x, CopyFailed) else adopt(x, name) for x in raw])
+    return backend.execute(name, partial(attempt, task, runtime, inputs, step))
+
+
+def _failed(task: OpTask, runtime: Runtime, exc: Exception, start: float) -> Any:
+    """An op that raised: a sweep copy's CopyFailed in its place, or its error recorded and raised, naming it."""
+    if task.copies == "copy":  # the copy fails, the sweep goes on
+        said = str(exc) if isinstance(exc, (OrchestratorError, KernelError)) else describe(exc, task.base_dir)
+        return _after_failed(task, runtime, CopyFailed(task.name, runtime.config.name, said), start)
+    runtime.record(task.run, task.name, "failed", runtime.config.name, start, 0.0, 0,
+                   error=f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, OrchestratorError):
+        raise exc
+    if isinstance(exc, KernelError):  # the kernel's own account: the op, its device, the message
+        raise OpFailedError(task.name, runtime.config.name, str(exc)) from None
+    raise OpFailedError(task.name, runtime.config.name, describe(exc, task.base_dir) + not_retried(task, exc),
+                        user_origin(exc.__traceback__, task.base_dir)) from None
 
 
 def _copy_starts(task: OpTask, runtime: Runtime, worker: Any) -> CopyFailed | None:
@@ -299,43 +319,12 @@ def _after_failed(task: OpTask, runtime: Runtime, failed: CopyFailed, start: flo
     return failed if task.outputs == 1 else tuple(failed for _ in range(task.outputs))
 
 
-def _unless_failed(task: OpTask, raw: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A gathering op's inputs without its markers, every input of a copy whose marker failed that failure:
-    a copy that failed after its metric was made is never selected, gathered or combined."""
-    n = task.n_inputs
-    failed: dict[int, CopyFailed] = {}
-    for marker, copy in zip(raw[n:], task.copies_of[n:]):
-        found = failure_in(marker)
-        if found is not None:
-            failed.setdefault(copy, found)
-    return tuple(x if isinstance(x, CopyFailed) else failed.get(copy, x) for x, copy in zip(raw[:n], task.copies_of))
-
-
-def _said(exc: Exception, task: OpTask) -> str:
-    if isinstance(exc, (OrchestratorError, KernelError)):
-        return str(exc)
-    return describe(exc, task.base_dir)
-
-
-def _tf_name(kind: str) -> str:
-    definition = lookup(kind)
-    return definition.tf_name if definition else kind
-
-
-def _with_timeout(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step: int) -> Any:
-    # the op this thread runs now, for the live page: a dict write and a pop per op, no lock (each thread
-    # writes its own entry; the heartbeat reads a copy)
-    thread, began = threading.get_ident(), time.perf_counter()
-    runtime.running[thread] = task.name
-    try:
-        if not task.retry_on:  # no timeout (most ops): the kernel here, without _bounded's frame
-            return (kernel if task.timeout is None else _bounded)(task, runtime, inputs, step)
-        return retried(task, lambda: _bounded(task, runtime, inputs, step), lambda began, exc: runtime.record(
-            task.run, task.name, "failed", runtime.config.name, began, time.time() - began, 0,
-            error=f"{type(exc).__name__}: {exc} (retried: run.retry_on)"))
-    finally:
-        runtime.running.pop(thread, None)
-        runtime.busy += time.perf_counter() - began  # (no lock: two threads ending at once may lose one op's time)
+def _attempts(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step: int) -> Any:
+    if not task.retry_on:
+        return _bounded(task, runtime, inputs, step)
+    return retried(task, lambda: _bounded(task, runtime, inputs, step), lambda began, exc: runtime.record(
+        task.run, task.name, "failed", runtime.config.name, began, time.time() - began, 0,
+        error=f"{type(exc).__name__}: {exc} (retried: run.retry_on)"))
 
 
 def _bounded(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step: int) -> Any:
@@ -365,11 +354,21 @@ def _bounded(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step: int)
 
 def kernel(task: OpTask, runtime: Runtime, inputs: tuple[Any, ...], step: int) -> Any:
     """The op's kernel from the catalog, run with this device's array module."""
-    definition = lookup(task.kind)
-    if definition is None:
-        raise OrchestratorError(f"op '{task.name}': unknown op type '{task.kind}'")
-    result = definition.kernel(_Context(runtime, task, step), task.params, *inputs)
-    return tuple(result) if isinstance(result, (list, tuple)) else runtime.backend.xp.asarray(result)
+    ctx = task.__dict__.get(_HOT)
+    if ctx is None or ctx.runtime is not runtime:
+        definition = lookup(task.kind)
+        if definition is None:
+            raise OrchestratorError(f"op '{task.name}': unknown op type '{task.kind}'")
+        ctx = task.__dict__[_HOT] = _Context(runtime, task, step, definition.kernel)
+    if ctx.claim.acquire(False):  # (C speed, never waits)
+        try:
+            ctx.step = step
+            result = ctx.fn(ctx, task.params, *inputs)
+        finally:
+            ctx.claim.release()
+    else:  # in use by another thread: a context of this call's own
+        result = ctx.fn(_Context(runtime, task, step, ctx.fn), task.params, *inputs)
+    return tuple(result) if isinstance(result, (list, tuple)) else ctx.xp.asarray(result)
 
 
 def move(name: str, device: str, run: str, value: Any) -> Any:
@@ -379,7 +378,7 @@ def move(name: str, device: str, run: str, value: Any) -> Any:
     if isinstance(value, CopyFailed):  # a failed copy's: nothing to copy
         return value
     moved = runtime.backend.to_device(value, name)
-    runtime.record(run, name, "move", str(worker.name), start, time.time() - start, _nbytes(moved))
+    runtime.record(run, name, "move", str(worker.name), start, time.time() - start, nbytes_of(moved))
     return moved
 
 

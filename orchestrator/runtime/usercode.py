@@ -49,6 +49,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import importlib
 import os
 import site
 import sys
@@ -56,6 +57,9 @@ import sysconfig
 import threading
 import traceback
 from types import TracebackType
+from typing import Any, Callable
+
+from ..errors import OpFailedError
 
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -139,6 +143,26 @@ class _Lease:
 
 
 WORKING_DIRECTORY = WorkingDirectory()
+
+
+def import_function(fn_path: str, base_dir: str, op: str, device: str, user_paths: set[str],
+                    lock: threading.Lock) -> Callable[..., Any]:
+    """Import ``package.module:function`` from the spec's directory (put first on the Python path, once:
+    ``user_paths`` under ``lock``) or the Python path; an error names the op and its device."""
+    module_name, _, fn_name = fn_path.partition(":")
+    with lock:
+        if base_dir not in user_paths:
+            sys.path.insert(0, base_dir)
+            user_paths.add(base_dir)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise OpFailedError(op, device, f"cannot import module '{module_name}' for fn '{fn_path}': {exc}",
+                            f"looked in {base_dir} and the Python path") from None
+    fn = getattr(module, fn_name, None)
+    if fn is None:
+        raise OpFailedError(op, device, f"module '{module_name}' has no function '{fn_name}'", module.__file__ or "")
+    return fn  # type: ignore[no-any-return]
 
 
 @functools.lru_cache(maxsize=1)

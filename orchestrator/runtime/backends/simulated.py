@@ -69,11 +69,14 @@ class SimulatedGPUBackend:
 
     def adopt(self, value: Any, op: str) -> Any:
         """Charge ``value`` to this device once; tuples are charged element by element."""
+        if type(value) is _NDARRAY:  # the common case: a value made or received here, charged already
+            charge = self._tracked.get(id(value))  # (_charged, without its frame: every input of every op asks)
+            return value if charge is not None and charge() is value else self._charge(value, op)
         if isinstance(value, tuple):
             return tuple(self.adopt(v, op) for v in value)
         if not isinstance(value, _NDARRAY):
             value = np.asarray(value)
-        elif self._charged(value):  # the common case: a value made or received here, charged already
+        elif self._charged(value):  # (a subclass of ndarray)
             return value
         return self._charge(value, op)
 
