@@ -28,9 +28,10 @@ host worker starts the highest-priority task whose resources are free,
 which is the top of each device's own queue, as a worker per device would
 start it. The seats stay as they were (each device runs at most its
 threads' worth of Dask tasks, and each task runs with its own device's
-runtime), so nothing a device is charged, capped or recorded changes. Compile was left alone on purpose:
-asking a light task for no seat would free those tasks only, not an
-evaluation's ops, which need their device's seat.
+runtime), so nothing a device is charged, capped or recorded changes.
+Compile was left alone on purpose: asking a light task for no seat would
+free those tasks only, not an evaluation's ops, which need their device's
+seat.
 
 It also hands ``runtime`` what it may not import itself: the worker lookup
 (``distributed.get_worker``) and the courier that sends a loop window's

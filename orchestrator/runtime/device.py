@@ -25,9 +25,6 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .backends import Backend, DeviceConfig, make_backend
-from .backends.cupy import CupyBackend
-from .backends.host import HostBackend
-from .backends.simulated import SimulatedGPUBackend
 from ..atomic import FileSet
 from ..errors import OpFailedError, OpTimeoutError, OrchestratorError
 from ..ops import KernelError, lookup, tf_name
@@ -194,7 +191,7 @@ class _Context:
         self.base_dir, self.input_keys, self.outputs = task.base_dir, task.input_keys, task.outputs
         self.run, self.stream, self.fn, self.memo = task.run, task.stream, fn, None
         # execute adopted the inputs: to_device would give each back as it is (one of ours; a tuple aside)
-        self.on_device = type(runtime.backend) in _ADOPTING
+        self.on_device = bool(getattr(runtime.backend, "keeps_adopted", False))
         self.lease: AbstractContextManager[None] | None = None
         self.claim = threading.Lock()
 
@@ -218,7 +215,6 @@ class _Context:
 
 
 _HOT = "_context"  # where an OpTask keeps its op's _Context (not a field: never pickled, compared or packed)
-_ADOPTING = (SimulatedGPUBackend, HostBackend, CupyBackend)
 
 
 def run_op(task: OpTask, *args: Any) -> Any:

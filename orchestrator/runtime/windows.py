@@ -34,7 +34,6 @@ import numpy as np
 
 from ..errors import RunError
 from .exchange import Mailbox, Sent, Tag, in_process, send
-from .links import Links
 from .device import Runtime, _runtime, execute
 from .tasks import OpTask
 from .together import Part, devices_here, meet
@@ -305,7 +304,6 @@ class _Outgoing:
         self.timeline: Timeline | None = None
         self.to_host = runtime.backend.to_host
         self.routes: dict[str, tuple[Mailbox | None, bool]] = {}  # peer -> (its mailbox here, over a link)
-        self.sources: dict[str, Links | None] = {}  # sender -> the links to read while waiting for it
 
     def route(self, device: str) -> tuple[Mailbox | None, bool]:
         found = self.routes.get(device)
@@ -350,13 +348,11 @@ class _Outgoing:
         """The value ``sender`` sent for ``ref`` at ``step``, waiting for it; on this device."""
         runtime, task = self.runtime, self.task
         start = time.time()
-        if sender in self.sources:
-            links = self.sources[sender]
-        else:  # a device of this process puts its values into the mailbox itself (and wakes us): nothing to read
-            local, linked = self.route(sender)
-            links = self.sources[sender] = runtime.links if linked else None
+        local, linked = self.route(sender)
+        # (a device of this process puts its values into the mailbox itself, and wakes us: no links to read)
+        links = runtime.links if linked else None
         try:
-            if self.fused and self.route(sender)[0] is not None:  # made already in this thread: never waited for
+            if self.fused and local is not None:  # made already in this thread: never waited for
                 value = runtime.mailbox.take_ready(task.run, (task.loop, step, ref), sender)
             else:
                 value = runtime.mailbox.take(task.run, (task.loop, step, ref), sender, links)

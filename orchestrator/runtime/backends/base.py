@@ -24,6 +24,10 @@ class DeviceConfig:
 class Backend(Protocol):
     name: str
     xp: Any
+    # to_device gives back as it is an input execute() handed the kernel (adopted by this device, or any value
+    # of a host device): call may then skip it. A backend without it (False), or a subclass whose to_device
+    # does more, has each input passed through it.
+    keeps_adopted: bool
 
     def to_device(self, value: Any, op: str) -> Any: ...
     def to_host(self, value: Any) -> Any: ...

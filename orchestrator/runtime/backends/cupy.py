@@ -37,6 +37,7 @@ def cuda_device_count() -> int:
 
 class CupyBackend:
     name = "cupy"
+    keeps_adopted = True
 
     def __init__(self, config: DeviceConfig):
         import cupy

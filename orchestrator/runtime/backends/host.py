@@ -11,6 +11,7 @@ from .base import DeviceConfig
 
 class HostBackend:
     name = "host"
+    keeps_adopted = True
     xp = np
 
     def __init__(self, config: DeviceConfig):

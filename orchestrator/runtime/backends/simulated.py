@@ -44,6 +44,7 @@ class SimulatedGPUBackend:
     """NumPy arrays on a GPU worker, with an enforced memory cap."""
 
     name = "simulated"
+    keeps_adopted = True
     xp = np
 
     def __init__(self, config: DeviceConfig):
