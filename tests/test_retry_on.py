@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -134,3 +136,64 @@ def test_a_worker_exit_code_not_listed_ends_the_run_in_one_line(tmp_path: Path,
     assert lines[0].endswith(") exited with code 3, which run.recover_on_exit_codes does not list (4, -9): "
                              "not recovered from"), err
     assert not (tmp_path / "out" / "b.npy").exists()
+
+
+def test_an_exit_not_listed_holds_its_restart_until_the_run_ends_on_a_cluster_that_outlives_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On `orchestrate worker`'s cluster: the nanny restarts the worker only once the failed run has let it go
+    (so Dask never ran the op again), and the device is back for the next run, which recovers code 3."""
+    from test_remote import scheduler_workers, start_scheduler, start_task, stop_all, wait_started
+
+    (tmp_path / "dying_fns.py").write_text(DYING)
+    counter = tmp_path / "attempts"
+    logs = tmp_path / "logs"
+    scheduler, address = start_scheduler(logs)
+    procs = [scheduler]
+    try:
+        def run_with(codes: str, name: str) -> tuple[int, str]:
+            spec = tmp_path / f"{name}.yaml"
+            spec.write_text(DYING_SPEC.format(codes=codes, counter=counter))
+            out = io.StringIO()
+            code = run_cli(["run", str(spec), "--scheduler", address, "--output-dir", str(tmp_path / name),
+                            "--no-progress"], out=out)
+            return code, out.getvalue() + capsys.readouterr().err
+
+        first_spec = tmp_path / "held.yaml"
+        first_spec.write_text(DYING_SPEC.format(codes="[4]", counter=counter))
+        procs.append(start_task(first_spec, "localhost", 0, address, logs))
+        wait_started(procs[-1], 1)
+        code, said = run_with("[4]", "held")
+        assert code == 1, said
+        assert "exited with code 3, which run.recover_on_exit_codes does not list (4)" in said, said
+        assert len(counter.read_text().split()) == 1, "the op ran again before the run ended"
+        deadline = time.monotonic() + 60
+        while not scheduler_workers(address) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert scheduler_workers(address), "the held worker was not restarted once the run ended"
+        counter.write_text("")
+        code, said = run_with("[3]", "recovered")
+        assert code == 0, said
+        assert len(counter.read_text().split()) == 2, said
+    finally:
+        stop_all(procs[1:] + procs[:1])
+
+
+def test_a_nanny_holds_the_restart_of_an_exit_not_listed_until_the_watch_lets_go() -> None:
+    """Dask's nanny restarts a worker process at once; with the plugin, an exit code not listed waits for the run
+    (ExitWatch.close), so Dask cannot hand the lost worker's tasks to a new process before the run decides."""
+    from distributed import Client, LocalCluster
+
+    from orchestrator.execute.exits import ExitWatch
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        watch = ExitWatch(client, [4], restart_held=True)
+        client.submit(os._exit, 3, pure=False)
+        deadline = time.monotonic() + 60
+        while not watch.holding and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list(watch.heard.values())[0][0] == 3, watch.heard
+        time.sleep(3.0)  # a restart takes well under a second here when nothing holds it
+        assert client.scheduler_info()["workers"] == {}, "the nanny restarted a process whose exit is not listed"
+        watch.close()
+        client.wait_for_workers(1, timeout=60)

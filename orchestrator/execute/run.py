@@ -205,7 +205,7 @@ class Runner:
     def watch_losses(self, retries: int) -> None:
         """From now on a lost device worker is seen (Dask's events) and decided when the run next waits."""
         watch = LossWatch(self.client, [d.name for d in self.spec.cluster.devices])
-        self.drains, self.exits = drains, exits = (Drains(self.client, self.plan, self.token, self.echo), ExitWatch(self.client, self.spec.run.recover_on_exit_codes, watch.pids))
+        self.drains, self.exits = drains, exits = (Drains(self.client, self.plan, self.token, self.echo), ExitWatch(self.client, self.spec.run.recover_on_exit_codes, watch.pids, not embedded(self.plan, self.settings) or self.settings.keep_alive))
         self.losses = Losses(self.plan, self.token, retries, watch, self, self.echo, self.why_redone,
                              lambda device: drains.failed_line(device) or exits.failed_line(device), exits.recoverable)
         self.waiter = Waiter(self.client, self.losses)
