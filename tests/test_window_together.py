@@ -133,6 +133,37 @@ def test_devices_sharing_a_process_run_together_and_reach_a_device_elsewhere_ove
         assert [tag for _, tag in part] == ["a", "b"] * 10
 
 
+COUNTING = """
+from orchestrator.runtime import exchange
+
+if not hasattr(exchange.Mailbox.put, "counted"):  # count the values put into any mailbox of this process
+    _put = exchange.Mailbox.put
+
+    def put(self, items):
+        with open({path!r}, "a") as out:
+            out.write(f"{len(items)}\\n")
+        return _put(self, items)
+
+    put.counted = True
+    exchange.Mailbox.put = put
+"""
+
+
+@pytest.mark.cluster
+def test_values_between_devices_of_one_thread_are_handed_over_without_a_mailbox(tmp_path: Path) -> None:
+    """In one process every value of the window (w to a and b, a and b to w_next) passes by the thread's
+    hand-over table; with the ps apart, only the values crossing to or from it go through a mailbox."""
+    spec = write(tmp_path, ONE_HOST, "/cpu:0", "/gpu")
+    counting = COUNTING.replace("{path!r}", repr(str(tmp_path / "mailbox")))  # (put runs outside the spec folder)
+    (tmp_path / "mark_fns.py").write_text(counting + MARK_FNS)
+    check_values(run_file(spec, echo=quiet))
+    assert not (tmp_path / "mailbox").exists(), (tmp_path / "mailbox").read_text()
+    spec = write(tmp_path, PS_APART, "/job:ps/task:0/cpu:0", "/job:worker/task:0/gpu")
+    (tmp_path / "mark_fns.py").write_text(counting + MARK_FNS)
+    check_values(run_file(spec, echo=quiet))
+    assert (tmp_path / "mailbox").exists()  # the ps's w into the GPUs' process, a and b into the ps's
+
+
 @pytest.mark.cluster
 def test_a_process_per_device_gives_the_same_values(tmp_path: Path) -> None:
     spec = write(tmp_path, ONE_HOST.replace("host", "device"), "/cpu:0", "/gpu")

@@ -22,7 +22,6 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from ..errors import RunError
 
 Tag = tuple[int, int, str]  # (loop index, step, value)
-_MISSING = object()
 RECEIVE_TIMEOUT = 600.0  # seconds without the value: the sender is gone (and nobody aborted the run)
 
 
@@ -114,18 +113,6 @@ class Mailbox:
                     self._cond.wait(min(left, 1.0))
                     continue
             links.poll(min(left, 1.0))
-
-    def take_ready(self, run: str, tag: Tag, sender: str) -> Any:
-        """The value sent for ``tag``, which must be here already (its sender runs in the taker's thread)."""
-        with self._cond:
-            found = self._items.pop((run, tag), _MISSING)
-            if found is not _MISSING:
-                return found
-            why = self._aborted.get(run) or self._aborted_loops.get((run, tag[0]))
-        if why is not None:
-            raise RunError(f"stopped waiting for '{tag[2]}' of step {tag[1]} from {sender}: {why}")
-        raise RunError(f"'{tag[2]}' of step {tag[1]} from {sender} was not made before its reader, though both run "
-                       f"in one thread (a bug in the window's order)")
 
     def stopped(self, run: str, loop: int) -> str | None:
         """Why ``run`` (or its loop ``loop``) was aborted, or None while it goes on."""

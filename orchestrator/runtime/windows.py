@@ -6,9 +6,10 @@ for each step, exchanging only the values that cross devices, worker to
 worker (:mod:`.exchange`), never through the scheduler. The window
 partitions of one window run side by side, one per device. Two devices of
 one process (a host worker's, ``processes: host``) hand their values over by
-reference: the sender puts them into the receiver's mailbox, no socket and
-no pickling between, as TensorFlow hands tensors between the devices of one
-worker.
+reference, no socket and no pickling between, as TensorFlow hands tensors
+between the devices of one worker: one thread runs their ops, and a value
+goes into the thread's hand-over table (:class:`_Hand`), where its reader
+takes it, with no mailbox, lock or wake-up between.
 
 Per step, each op takes its inputs from this step's earlier ops (local),
 from a value moved here before the loop started (an outer value, or a
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -107,7 +109,8 @@ def run_together(parts: list[Part]) -> list[tuple[Any, ...]]:
     thread waits for another and nothing waits for the interpreter lock.
     """
     began = time.time()
-    windows = [_Window(p.task, p.worker, p.runtime, p.outer, fused=len(parts) > 1) for p in parts]
+    hand = _Hand(p.task.device for p in parts) if len(parts) > 1 else None
+    windows = [_Window(p.task, p.worker, p.runtime, p.outer, hand) for p in parts]
     if len(windows) == 1:
         window = windows[0]
         for step in range(window.task.start, window.last + 1):
@@ -154,13 +157,13 @@ class _Window:
 
     What a step does is laid out once, when the window starts (the inputs of each op, the states that
     arrive each step, the sends after each op), so that a step only follows it: :meth:`begin`, then
-    :meth:`run_op` for each op (alone, in this device's order; ``fused``, interleaved with the other
-    devices of this process, whose values it hands over right after each op), then :meth:`end`.
+    :meth:`run_op` for each op (alone, in this device's order; with a ``hand``, interleaved with the other
+    devices of this thread, to whom it hands its values as each op makes them), then :meth:`end`.
     """
 
-    def __init__(self, task: WindowTask, worker: Any, runtime: Runtime, outer: list[Any], fused: bool = False):
+    def __init__(self, task: WindowTask, worker: Any, runtime: Runtime, outer: list[Any], hand: _Hand | None = None):
         self.task, self.worker, self.runtime, self.outer = task, worker, runtime, outer
-        self.out = _Outgoing(worker, runtime, task, fused)
+        self.out = _Outgoing(worker, runtime, task, hand)
         self.flush_all = self.out.flush
         self.state = _first_states(task, outer, self.out)
         self.series: list[list[Any]] = [[] for _ in task.metrics]
@@ -171,7 +174,7 @@ class _Window:
             if rule.update is not None:
                 self.updates[rule.update[0]].append((v, rule.update[1], self.refs[v], rule.send_to))
         self.flush_after = [bool(task.urgent and task.urgent[j]) or any(u[3] for u in self.updates[j])
-                            or (fused and bool(task.sends[j])) for j in range(len(task.ops))]
+                            for j in range(len(task.ops))]
         # the states updated elsewhere: they arrive for each step after the first (at the first too when sent)
         arriving = [(v, rule.first[0] == RECEIVED) for v, rule in enumerate(task.states)
                     if rule.update is None and rule.first is not None]
@@ -238,17 +241,21 @@ class _Window:
             elif kind == STATE:
                 value = here[slot]
                 if value is None:
-                    self.flush_all()  # never wait with values unsent that another device may be waiting for
-                    value = here[slot] = self.out.receive(step, self.refs[slot], self.task.states[slot].owner,
-                                                          reader, timeline)
+                    value = here[slot] = self.receive(step, self.refs[slot], self.task.states[slot].owner,
+                                                      reader, timeline)
             elif slot in received:
                 value = received[slot]
             else:
                 ref, sender = self.task.received[slot]
-                self.flush_all()
-                value = received[slot] = self.out.receive(step, ref, sender, reader, timeline)
+                value = received[slot] = self.receive(step, ref, sender, reader, timeline)
             values.append(value if element < 0 else value[element])
         return tuple(values)
+
+    def receive(self, step: int, ref: str, sender: str, reader: str, timeline: Timeline | None) -> Any:
+        hand = self.out.hand
+        if hand is None or sender not in hand.devices:
+            self.flush_all()  # never wait with values unsent that another device may be waiting for
+        return self.out.receive(step, ref, sender, reader, timeline)
 
 
 def _end_step(task: WindowTask, env: list[Any], series: list[list[Any]], out: _Outgoing) -> None:
@@ -290,6 +297,20 @@ def _element(value: Any, element: int) -> Any:
     return value if element < 0 else value[element]
 
 
+_MISSING = object()
+
+
+class _Hand:
+    """What the devices run by one thread make for each other in a window: the sender puts a value in, its
+    reader (later in the step's order) takes it out. One thread uses it: no lock."""
+
+    __slots__ = ("devices", "values")
+
+    def __init__(self, devices: Iterable[str]):
+        self.devices = frozenset(devices)
+        self.values: dict[tuple[Tag, str], Any] = {}  # (tag, reader device) -> value
+
+
 class _Outgoing:
     """Values to send, gathered per device: one message each when the step ends or before any wait.
 
@@ -297,8 +318,8 @@ class _Outgoing:
     per window: the address book and the process's devices do not change while a window runs.
     """
 
-    def __init__(self, worker: Any, runtime: Runtime, task: WindowTask, fused: bool = False):
-        self.worker, self.runtime, self.task, self.fused = worker, runtime, task, fused
+    def __init__(self, worker: Any, runtime: Runtime, task: WindowTask, hand: _Hand | None = None):
+        self.worker, self.runtime, self.task, self.hand = worker, runtime, task, hand
         self.pending: dict[str, list[tuple[Tag, Any]]] = {}
         self.sent: list[Sent] = []
         self.timeline: Timeline | None = None
@@ -315,7 +336,11 @@ class _Outgoing:
     def add(self, step: int, ref: str, value: Any, devices: tuple[str, ...]) -> None:
         host = self.to_host(value)
         tag = (self.task.loop, step, ref)
+        hand = self.hand
         for device in devices:
+            if hand is not None and device in hand.devices:  # its reader runs in this thread: handed over now
+                hand.values[(tag, device)] = host
+                continue
             items = self.pending.get(device)
             if items is None:
                 self.pending[device] = [(tag, host)]
@@ -346,18 +371,20 @@ class _Outgoing:
 
     def receive(self, step: int, ref: str, sender: str, reader: str, timeline: Timeline | None) -> Any:
         """The value ``sender`` sent for ``ref`` at ``step``, waiting for it; on this device."""
-        runtime, task = self.runtime, self.task
+        runtime, task, hand = self.runtime, self.task, self.hand
         start = time.time()
-        local, linked = self.route(sender)
-        # (a device of this process puts its values into the mailbox itself, and wakes us: no links to read)
-        links = runtime.links if linked else None
-        try:
-            if self.fused and local is not None:  # made already in this thread: never waited for
-                value = runtime.mailbox.take_ready(task.run, (task.loop, step, ref), sender)
-            else:
+        if hand is not None and sender in hand.devices:  # made already in this thread: never waited for
+            value = hand.values.pop(((task.loop, step, ref), task.device), _MISSING)
+            if value is _MISSING:
+                raise RunError(f"op '{reader}' on {task.device}: '{ref}' of step {step} from {sender} was not made "
+                               f"before its reader, though both run in one thread (a bug in the window's order)")
+        else:
+            # (a device of this process puts its values into the mailbox itself, and wakes us: no links to read)
+            links = runtime.links if self.route(sender)[1] else None
+            try:
                 value = runtime.mailbox.take(task.run, (task.loop, step, ref), sender, links)
-        except RunError as exc:
-            raise RunError(f"op '{reader}' on {task.device}: {exc}") from None
+            except RunError as exc:
+                raise RunError(f"op '{reader}' on {task.device}: {exc}") from None
         moved = runtime.backend.to_device(value, reader)
         stop = time.time()
         if timeline is not None:
