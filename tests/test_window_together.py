@@ -3,14 +3,13 @@ gang window's metrics from the window's own result where its carried states are 
 
 In one process (``processes: host``) every device's op of a window runs on one thread, interleaved in the step's
 order, with each device's values and records as before; where only some of a window's devices share a process,
-those run together and the others are reached over the links as before. The meeting of the window's Dask tasks
-gives up when the run is aborted, and an error in the window ends every device's task with it.
+those run together and the others are reached over the links as before. The devices of one
+process run a window as one Dask task (``runtime.groups``).
 """
 
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -19,12 +18,10 @@ import numpy as np
 import pytest
 
 from orchestrator.api import plan_file, run_file
+from orchestrator.compile import CompileOptions, compile_gang_prep, compile_gang_window, loop_start
 from orchestrator.compile.gang import DIRECT_READ_BYTES, _small
-from orchestrator.errors import OrchestratorError, RunError
-from orchestrator.runtime.backends import DeviceConfig
-from orchestrator.runtime.device import Runtime
-from orchestrator.runtime.together import _MEETINGS, WAKE_SECONDS, Part, meet
-from orchestrator.runtime.windows import WindowTask
+from orchestrator.compile.records import Located
+from orchestrator.errors import OrchestratorError
 from orchestrator.spec.refs import OpRef
 
 LOOP = """\
@@ -187,66 +184,30 @@ def test_a_loop_with_large_states_reads_its_metrics_through_getters_with_the_sam
     check_values(run_file(spec, echo=quiet), size)
 
 
-# ------------------------------------------------------------------ the meeting itself
+# ------------------------------------------------------------------ one task per process
 
 
-def part(device: str, devices: tuple[str, ...] = ("d0", "d1"), run: str = "r") -> Part:
-    task = WindowTask(0, run, device, 0, 1, True, (), (), (), (), (), (), (), 0, devices=devices)
-    return Part(task, None, Runtime.for_device(DeviceConfig(device, "CPU", "host")), [])
+def window_tasks(tmp_path: Path, jobs: str, ps: str, gpu: str) -> dict[str, tuple[object, dict[str, float]]]:
+    """The first window's Dask tasks of the loop spec: key -> (its callable's name, its resources)."""
+    plan = plan_file(write(tmp_path, jobs, ps, gpu))
+    loop, options = plan.spec.loop("train"), CompileOptions("t", str(tmp_path))
+    start = loop_start(plan, loop, {"w0": Located("w0-key", plan.placement("w0").device)})
+    window = compile_gang_window(plan, loop, 0, compile_gang_prep(plan, loop, start, options)[1], options)
+    return {key: (window.graph.tasks[key].func.__name__, dict(window.graph.resources[key]))
+            for key in window.graph.gang}
 
 
-def meet_in_thread(each: Part, here: tuple[str, ...], runner: object) -> dict[str, object]:
-    outcome: dict[str, object] = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = meet(each, here, runner)  # type: ignore[arg-type]
-        except BaseException as exc:
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    outcome["thread"] = thread
-    return outcome
-
-
-def test_the_last_part_to_arrive_runs_them_all_and_each_gets_its_own_result() -> None:
-    ran: list[list[str]] = []
-
-    def runner(parts: list[Part]) -> list[str]:
-        ran.append([p.task.device for p in parts])
-        return [f"result of {p.task.device}" for p in parts]
-
-    first = meet_in_thread(part("d0"), ("d0", "d1"), runner)
-    time.sleep(0.1)
-    assert "value" not in first  # it waits for d1
-    assert meet(part("d1"), ("d0", "d1"), runner) == "result of d1"
-    first["thread"].join(10)  # type: ignore[attr-defined]
-    assert first.get("value") == "result of d0"
-    assert ran == [["d0", "d1"]] and not _MEETINGS
-
-
-def test_an_error_in_the_window_ends_every_part_with_it() -> None:
-    def runner(parts: list[Part]) -> list[str]:
-        raise ValueError("op 'x' failed on d1")
-
-    first = meet_in_thread(part("d0", run="e"), ("d0", "d1"), runner)
-    time.sleep(0.1)
-    with pytest.raises(ValueError, match="op 'x' failed on d1"):
-        meet(part("d1", run="e"), ("d0", "d1"), runner)
-    first["thread"].join(10)  # type: ignore[attr-defined]
-    assert isinstance(first.get("error"), ValueError) and "op 'x' failed" in str(first["error"])
-
-
-def test_a_part_waiting_for_the_others_gives_up_when_the_run_is_aborted() -> None:
-    waiting = part("d0", run="aborted")
-    outcome = meet_in_thread(waiting, ("d0", "d1"), lambda parts: [None for _ in parts])
-    time.sleep(0.1)
-    waiting.runtime.mailbox.abort("aborted", "the run was stopped")
-    outcome["thread"].join(WAKE_SECONDS * 10)  # type: ignore[attr-defined]
-    error = outcome.get("error")
-    assert isinstance(error, RunError) and "the run was stopped" in str(error)
-    assert not _MEETINGS  # a later window never joins the dead meeting
+def test_the_devices_of_one_process_run_a_window_as_one_task_asking_for_all_their_resources(tmp_path: Path) -> None:
+    one = window_tasks(tmp_path, ONE_HOST, "/cpu:0", "/gpu")
+    assert len(one) == 1
+    ((key, (fn, resources)),) = one.items()
+    assert fn == "run_group" and "GPU:0+GPU:1+CPU:0" in key, key  # the devices in the step's order
+    assert sorted(resources) == sorted(f"device:/job:localhost/replica:0/task:0/device:{d}"
+                                       for d in ("CPU:0", "GPU:0", "GPU:1")), resources
+    apart = window_tasks(tmp_path, PS_APART, "/job:ps/task:0/cpu:0", "/job:worker/task:0/gpu")
+    assert sorted(fn for fn, _ in apart.values()) == ["run_group", "run_window"], apart
+    per_device = window_tasks(tmp_path, ONE_HOST.replace("host", "device"), "/cpu:0", "/gpu")
+    assert [fn for fn, _ in per_device.values()] == ["run_window"] * 3, per_device
 
 
 @pytest.mark.cluster

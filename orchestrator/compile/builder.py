@@ -139,16 +139,20 @@ class GraphBuilder:
         if share is not None:  # a packed copy's task: its share of the GPU's slots
             self.resources[key] = slot_resources(device, share)
         else:
-            resources = self._resources_of.get(device)
-            if resources is None:  # one (read-only) mapping per device, shared by its tasks
-                slots = self.gpu_slots.get(device.to_string())
-                resources = resources_for(device) if slots is None else slot_resources(device, slots)
-                self._resources_of[device] = resources
-            self.resources[key] = resources
+            self.resources[key] = self.device_resources(device)
         self.retries[key] = 0 if self.spec.run.retry_on else n_retries  # (retry_on: the op retries in place)
         self.owner[key] = op
         if self.step is not None:
             self.steps[key] = self.step
+
+    def device_resources(self, device: DeviceSpec) -> Mapping[str, float]:
+        """What a task pinned to ``device`` asks for: one (read-only) mapping per device, shared by its tasks."""
+        resources = self._resources_of.get(device)
+        if resources is None:
+            slots = self.gpu_slots.get(device.to_string())
+            resources = resources_for(device) if slots is None else slot_resources(device, slots)
+            self._resources_of[device] = resources
+        return resources
 
     def item(self, base: Located, ref: OpRef, suffix: str = "") -> Located:
         """Output ``ref.output`` of a multi-output op: read in place by readers on its device."""

@@ -30,7 +30,7 @@ schedules, retries and recovers on its own.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 from dask.task_spec import Task, TaskRef
 
@@ -38,7 +38,7 @@ from ..devices import DeviceSpec
 from .records import CompiledGraph, CompiledWindow, Located
 from ..plan.records import Plan
 from ..spec.records import Loop, OpRef
-from ..runtime import ARG, LOCAL, RECEIVED, STATE, StateRule, WindowTask, run_window
+from ..runtime import ARG, LOCAL, RECEIVED, STATE, GroupTask, StateRule, WindowTask, run_group, run_window
 from .builder import GraphBuilder
 from .dask_keys import device_label
 from .loops import LoopState, lookup_value
@@ -139,8 +139,9 @@ class _Args:
 
 
 def _state_rules(plan: Plan, loop: Loop, shape: _Shape, d: str, first_window: bool, state: LoopState,
-                 args: _Args) -> tuple[list[int], list[StateRule]]:
-    """The states device ``d`` updates or reads, and how each starts the window (argument, received)."""
+                 args: _Args, base: int = 0) -> tuple[list[int], list[StateRule]]:
+    """The states device ``d`` updates or reads, and how each starts the window (argument, received); ``base``:
+    where ``d``'s states begin in its previous window's result."""
     relevant = [v for v in shape.placeholders.values() if shape.owner[v] == d or d in shape.readers[v]]
     previous = state.last_windows.get(d)
     owned = [v for v in relevant if shape.owner[v] == d]
@@ -152,7 +153,7 @@ def _state_rules(plan: Plan, loop: Loop, shape: _Shape, d: str, first_window: bo
             first = (ARG, args.slot(*state.placed[(f"state:{var.name}", d)]), -1)
         elif not first_window and owner == d:
             assert previous is not None
-            first = (ARG, args.slot(previous, owned.index(v)), -1)
+            first = (ARG, args.slot(previous, base + owned.index(v)), -1)
         elif not first_window and d in readers:
             first = (RECEIVED, -1, -1)
         update = (shape.slot[var.update.op], _element(plan, var.update)) if owner == d else None
@@ -231,59 +232,130 @@ def _sampled(loop: Loop, start: int, last: int, offset: int) -> int | None:
 def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, options: CompileOptions,
                         offset: int = 0, stop: int | None = None, first: bool | None = None) -> CompiledWindow:
     """One task per device running its body ops for steps ``start .. stop - 1`` (plus ``offset``; ``stop``
-    defaults to a window's steps on). ``first``: the states start from values moved to the devices before
-    it (the loop's first window, or the first after a resumed checkpoint; default: ``start == 0``)."""
-    index = plan.spec.loops.index(loop)
-    suffix = f"-{options.token}-L{index}w{offset + start}"
+    defaults to a window's steps on), or one per worker process for the devices sharing one (``processes:
+    host``: :func:`_process_groups`). ``first``: the states start from values moved to the devices before it
+    (the loop's first window, or the first after a resumed checkpoint; default: ``start == 0``)."""
     last = min(loop.steps, start + loop.window) if stop is None else stop
-    opening = start == 0 if first is None else first
+    suffix = f"-{options.token}-L{plan.spec.loops.index(loop)}w{offset + start}"
     builder = GraphBuilder(plan, options.token, options.base_dir, suffix=suffix, out_dir=options.out_dir,
                            task_names=options.task_names, host_crossings=options.host_outputs)
     steps = builder.step = (offset + start, offset + last - 1)
     shape = _shape(plan, loop)
-    sends = _sends(plan, shape)
-    urgent = _urgent(plan, loop, shape)
-    keys = {d: builder.names.window(loop.name, device_label(plan, DeviceSpec.parse(d)), steps, suffix)
+    groups = _process_groups(plan, shape.devices)
+    keys = {d: builder.names.window(loop.name, "+".join(device_label(plan, DeviceSpec.parse(e))
+                                                        for e in groups.get(d, (d,))), steps, suffix)
             for d in shape.devices}
+    layout = _Layout(plan, loop, shape, groups)
     carried: dict[str, Located] = {}
     metric_keys: dict[str, str] = {}
     elements: dict[str, int] = {}  # a metric read from its part's own result: its element there
+    grouped: dict[str, list[tuple[str, WindowTask, list[Any]]]] = {}
+    context = _Window(plan, loop, shape, _sends(plan, shape), _urgent(plan, loop, shape), state,
+                      offset + start, last - start, start == 0 if first is None else first,
+                      _sampled(loop, start, last, offset), start in loop.rungs, options.token, builder.op_task)
     for d in shape.devices:
+        key, device, base = keys[d], DeviceSpec.parse(d), layout.base[d]
+        payload, task_args = context.part(d, base)
+        if d in groups:
+            grouped.setdefault(key, []).append((d, payload, task_args))
+        else:
+            builder.add(key, Task(key, run_window, payload, *task_args), device, payload.ops[0].name, 0)
+        builder.partition_ops[key] = (*builder.partition_ops.get(key, ()), *(op.name for op in payload.ops))
+        for i, v in enumerate(layout.owned[d]):
+            carried[loop.state[v].name] = Located(key, device, base + i)
+        direct = _small(plan, [loop.state[v].update for e in groups.get(d, (d,)) for v in layout.owned[e]])
+        here = [(name, ref) for name, ref in loop.metrics if shape.device_of[ref.op] == d]
+        for position, (name, ref) in enumerate(here, start=base + len(layout.owned[d])):
+            if direct:  # the client reads the part's own result: no getter task waiting for the device's thread
+                metric_keys[name], elements[name] = key, position
+            else:
+                metric_keys[name] = builder.materialize(Located(key, device, position), ref).key
+    for key, parts in grouped.items():
+        _add_group(builder, key, parts)
+    sinks = tuple(dict.fromkeys(keys.values()))
+    compiled = replace(builder.build({}, {}), gang=sinks)
+    return CompiledWindow(compiled, carried, (tuple(metric_keys[name] for name, _ in loop.metrics),),
+                          sinks, {}, last, metrics_stacked=True, devices=keys,
+                          metric_elements=tuple(elements.get(name, -1) for name, _ in loop.metrics))
+
+
+def _process_groups(plan: Plan, devices: list[str]) -> dict[str, tuple[str, ...]]:
+    """The window's devices that share a worker process with another of its devices (``processes: host``):
+    each one's devices of that process, in the window's order. Their window is one task (``runtime.groups``)."""
+    cluster = plan.spec.cluster
+    by_worker: dict[str, list[str]] = {}
+    for d in devices:
+        found = cluster.device(d)
+        by_worker.setdefault(cluster.worker_name(found) if found is not None else d, []).append(d)
+    return {d: tuple(together) for together in by_worker.values() if len(together) > 1 for d in together}
+
+
+class _Layout:
+    """Where each device's part begins in its task's result: the states it carries out, then its metrics;
+    after the parts of the devices before it in its group (a group's task returns its parts one after another)."""
+
+    def __init__(self, plan: Plan, loop: Loop, shape: _Shape, groups: dict[str, tuple[str, ...]]):
+        self.owned = {d: [v for v in shape.placeholders.values() if shape.owner[v] == d] for d in shape.devices}
+        size = {d: len(self.owned[d]) + sum(1 for _, ref in loop.metrics if shape.device_of[ref.op] == d)
+                for d in shape.devices}
+        self.base = {d: sum(size[e] for e in groups.get(d, (d,))[:groups.get(d, (d,)).index(d)])
+                     for d in shape.devices}
+
+
+def _add_group(builder: GraphBuilder, key: str, parts: list[tuple[str, WindowTask, list[Any]]]) -> None:
+    """One task for the parts of the devices of one process, asking for every one of their resources."""
+    group = GroupTask(tuple(payload for _, payload, _ in parts), tuple(len(args) for _, _, args in parts))
+    device = DeviceSpec.parse(parts[0][0])
+    builder.add(key, Task(key, run_group, group, *(a for _, _, args in parts for a in args)), device,
+                parts[0][1].ops[0].name, 0)
+    merged: dict[str, float] = {}
+    for d, _, _ in parts:
+        for name, amount in builder.device_resources(DeviceSpec.parse(d)).items():
+            merged[name] = merged.get(name, 0.0) + amount
+    builder.resources[key] = merged
+
+
+@dataclass(frozen=True)
+class _Window:
+    """What every part of one window shares: the body's shape, its sends, the states so far, its steps."""
+
+    plan: Plan
+    loop: Loop
+    shape: _Shape
+    sends: dict[str, dict[int, list[tuple[str, int, list[str]]]]]
+    urgent: set[str]
+    state: LoopState
+    start: int  # the window's first step (counted across the steps of enclosing loops)
+    steps: int
+    opening: bool  # the states start from values moved to the devices before the window
+    sample: int | None
+    resumes: bool
+    token: str  # the run's
+    op_task: Callable[[str, int], Any]  # the builder's: an op's runtime task
+
+    def part(self, d: str, base: int) -> tuple[WindowTask, list[Any]]:
+        """Device ``d``'s part (its ops, inputs, sends, states, metrics) and its task's arguments."""
+        plan, loop, shape = self.plan, self.loop, self.shape
         mine = [name for name in shape.order if shape.device_of[name] == d]
         args = _Args()
-        relevant, rules = _state_rules(plan, loop, shape, d, opening, state, args)
-        inputs, received, last_reader = _inputs(plan, shape, d, mine, relevant, state, args)
+        relevant, rules = _state_rules(plan, loop, shape, d, self.opening, self.state, args, base)
+        inputs, received, last_reader = _inputs(plan, shape, d, mine, relevant, self.state, args)
         metrics = [(shape.slot[ref.op], _element(plan, ref)) for _, ref in loop.metrics
                    if shape.device_of[ref.op] == d]
         kept = {s for s, _ in metrics} | {rule.update[0] for rule in rules if rule.update is not None}
-        owned = [v for v in relevant if shape.owner[v] == d]
-        previous = state.last_windows.get(d)
-        controls = [TaskRef(previous)] if previous is not None and not owned else []
-        payload = WindowTask(index, options.token, d, offset + start, last - start, opening,
-                             tuple(builder.op_task(n, 0) for n in mine),
-                             tuple(inputs), tuple(tuple((r, e, tuple(to)) for r, e, to in sends[d].get(j, ()))
-                                                  for j in range(len(mine))),
+        previous = self.state.last_windows.get(d)
+        owns = any(shape.owner[v] == d for v in relevant)
+        controls = [TaskRef(previous)] if previous is not None and not owns else []
+        sends = self.sends[d]
+        payload = WindowTask(plan.spec.loops.index(loop), self.token, d, self.start, self.steps,
+                             self.opening, tuple(self.op_task(n, 0) for n in mine), tuple(inputs),
+                             tuple(tuple((r, e, tuple(to)) for r, e, to in sends.get(j, ())) for j in range(len(mine))),
                              tuple(received), tuple(rules), tuple(metrics), _frees(len(mine), kept, last_reader),
                              len(args.refs), tuple(args.index) if any(i >= 0 for i in args.index) else (),
-                             loop.name, _sampled(loop, start, last, offset),
-                             tuple(n in urgent and bool(sends[d].get(j)) for j, n in enumerate(mine)),
-                             start in loop.rungs, tuple(shape.devices), tuple(shape.order.index(n) for n in mine))
-        device = DeviceSpec.parse(d)
-        builder.add(keys[d], Task(keys[d], run_window, payload, *args.refs, *controls), device, mine[0], 0)
-        builder.partition_ops[keys[d]] = tuple(mine)
-        for i, v in enumerate(owned):
-            carried[loop.state[v].name] = Located(keys[d], device, i)
-        here = [(name, ref) for name, ref in loop.metrics if shape.device_of[ref.op] == d]
-        direct = _small(plan, [loop.state[v].update for v in owned])
-        for position, (name, ref) in enumerate(here, start=len(owned)):
-            if direct:  # the client reads the part's own result: no getter task waiting for the device's thread
-                metric_keys[name], elements[name] = keys[d], position
-            else:
-                metric_keys[name] = builder.materialize(Located(keys[d], device, position), ref).key
-    compiled = replace(builder.build({}, {}), gang=tuple(keys.values()))
-    return CompiledWindow(compiled, carried, (tuple(metric_keys[name] for name, _ in loop.metrics),),
-                          tuple(keys.values()), {}, last, metrics_stacked=True, devices=keys,
-                          metric_elements=tuple(elements.get(name, -1) for name, _ in loop.metrics))
+                             loop.name, self.sample,
+                             tuple(n in self.urgent and bool(sends.get(j)) for j, n in enumerate(mine)),
+                             self.resumes, tuple(shape.order.index(n) for n in mine))
+        return payload, [*args.refs, *controls]
 
 
 DIRECT_READ_BYTES = 64 << 10  # a part whose carried states are this small at most is read whole by the client

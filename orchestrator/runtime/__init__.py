@@ -31,9 +31,10 @@ from .device import (COPY_TOPIC, DEVICE_METRIC, DEVICE_TOPIC, DRAIN_TOPIC, LOG_T
                      mark_lost, move, run_op, to_host, token)
 from .tasks import OpTask
 from .windows import ARG, LOCAL, RECEIVED, STATE, StateRule, WindowTask, run_window
+from .groups import GroupTask, run_group
 
 __all__ = ["ARG", "COPY_TOPIC", "DEVICE_METRIC", "DEVICE_TOPIC", "DRAIN_TOPIC", "LINK_SECRET_BYTES", "LOCAL", "LOG_TOPIC", "RECEIVED", "RUNTIME_ATTRIBUTE", "SEATS_ATTRIBUTE", "STATE", "Mailbox", "OpTask", "Sent", "Tag", "PartitionTask",
-           "Runtime", "StateRule", "WindowTask", "abort_loop", "abort_run", "bind", "bind_courier", "commit_saves",
+           "Runtime", "StateRule", "WindowTask", "GroupTask", "run_group", "abort_loop", "abort_run", "bind", "bind_courier", "commit_saves",
            "copy_failed", "device_resource",
            "discard_saves", "mark_lost", "settle_saves",
            "device_metrics", "drain_records", "move", "open_links", "resources_for", "set_links", "slot_resources", "run_op", "run_partition", "run_window", "task_resource",

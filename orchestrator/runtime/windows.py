@@ -38,7 +38,7 @@ from ..errors import RunError
 from .exchange import Mailbox, Sent, Tag, in_process, send
 from .device import Runtime, _runtime, execute
 from .tasks import OpTask
-from .together import Part, devices_here, meet
+from .together import Part
 
 # Where an input comes from at a step: (kind, slot, element)
 LOCAL, ARG, STATE, RECEIVED = 0, 1, 2, 3
@@ -79,26 +79,22 @@ class WindowTask:
     sample: int | None = None  # the first of two steps whose timelines this device records (the step picture)
     urgent: tuple[bool, ...] = ()  # per op: its sends go at once (the next step waits for them)
     resumes: bool = False  # the first window after a decision step of a sweep's rule (the loop was paused there)
-    devices: tuple[str, ...] = ()  # every device of the window (its peers: together.devices_here)
     positions: tuple[int, ...] = ()  # per op: its place in the step's order across the window's devices
 
 
 def run_window(task: WindowTask, *args: Any) -> tuple[Any, ...]:
-    """Run this device's ops for the window's steps; the states it carries and its metrics.
-
-    Where other devices of the window live in this process, their Dask tasks meet and one thread runs all
-    their ops (:mod:`.together`); each task still returns its own device's part.
-    """
+    """Run this device's ops for the window's steps; the states it carries and its metrics. (The devices of
+    one process run their window as one task instead: :mod:`.groups`.)"""
     worker, runtime = _runtime()
-    outer = [a if not task.arg_index or task.arg_index[i] < 0 else a[task.arg_index[i]]
-             for i, a in enumerate(args[:task.n_args])]
+    outer = outer_values(task, args)
     del args
-    here = devices_here(task.device, task.devices)
-    part = Part(task, worker, runtime, outer)
-    if len(here) > 1:
-        result: tuple[Any, ...] = meet(part, here, run_together)
-        return result
-    return run_together([part])[0]
+    return run_together([Part(task, worker, runtime, outer)])[0]
+
+
+def outer_values(task: WindowTask, args: tuple[Any, ...]) -> list[Any]:
+    """The window's value arguments (each an element of a tuple where the task says so)."""
+    return [a if not task.arg_index or task.arg_index[i] < 0 else a[task.arg_index[i]]
+            for i, a in enumerate(args[:task.n_args])]
 
 
 def run_together(parts: list[Part]) -> list[tuple[Any, ...]]:
