@@ -81,7 +81,7 @@ def _add_partitions(plan: Plan, builder: GraphBuilder, parts: Sequence[Partition
     home = {name: part.index for part in parts for name in part.ops}
     # ops another task waits for through a control edge: their partition is no sink (that task needs it)
     waited_for = {a for op in plan.spec.ops for a in op.after if home.get(a) != home.get(op.name)}
-    returns = published(plan, parts, wanted)
+    returns = published(plan, parts, wanted, home)
     sinks: list[str] = []
     for part in parts:
         values.update(builder.add_partition(part, resolve, done.__getitem__, returns[part.index], step=step))
@@ -89,7 +89,7 @@ def _add_partitions(plan: Plan, builder: GraphBuilder, parts: Sequence[Partition
         located = Located(key, part.device)  # one record, shared by the partition's ops
         for name in part.ops:
             done[name] = located
-        if not returns[part.index] and not waited_for & set(part.ops):
+        if not returns[part.index] and not (waited_for and waited_for.intersection(part.ops)):
             sinks.append(key)
     return sinks
 

@@ -293,21 +293,24 @@ def _extends_chain(part: _Open, local: list[str], readers: Mapping[str, int]) ->
     return local == [last] and readers.get(last, 0) == 1
 
 
-def published(plan: Plan, parts: Sequence[Partition], wanted: Collection[str] = ()) -> dict[int, tuple[str, ...]]:
+def published(plan: Plan, parts: Sequence[Partition], wanted: Collection[str] = (),
+              home: Mapping[str, int] | None = None) -> dict[int, tuple[str, ...]]:
     """Per partition, the values (``op`` or ``op:i``) read outside it, in its op order.
 
     ``wanted`` adds refs the caller needs besides readers (outputs, a loop's
     carried state and metrics). A control edge (``after``) needs no value,
     but for a sweep's gathering op's: it reads whether each copy's last op
-    failed from the op's value (beside it, when on another device).
+    failed from the op's value (beside it, when on another device). ``home``: each op's partition index,
+    where the caller has it already (a table of every op is not made twice).
     """
     spec = plan.spec
-    home = {name: part.index for part in parts for name in part.ops}
+    if home is None:
+        home = {name: part.index for part in parts for name in part.ops}
     needed: dict[int, set[str]] = {}
     gathering = {g.op for search in spec.sweeps for g in search.gathering}
     for op in spec.ops:
         here = home.get(op.name)
-        marks = [OpRef(a, 0 if spec.op(a).outputs > 1 else None) for a in op.after] if op.name in gathering else []
+        marks = [OpRef(a, 0 if spec.op(a).outputs > 1 else None) for a in op.after] if gathering and op.name in gathering else []
         for ref in (*op.inputs, *marks):
             source = home.get(ref.op)
             if source is not None and source != here:
@@ -319,6 +322,9 @@ def published(plan: Plan, parts: Sequence[Partition], wanted: Collection[str] = 
     out: dict[int, tuple[str, ...]] = {}
     for part in parts:
         refs = needed.get(part.index, set())
+        if not refs:
+            out[part.index] = ()
+            continue
         order = {name: i for i, name in enumerate(part.ops)}
         out[part.index] = tuple(sorted(refs, key=lambda r: (order[OpRef.parse(r).op], r)))
     return out
