@@ -250,7 +250,8 @@ class GraphBuilder:
         task that completes an op outside it (for control edges).
         """
         suffix = self.suffix if suffix is None else suffix
-        spec, device = self.spec, part.device
+        spec, device, by_name = self.spec, part.device, self.spec.op_index
+        ops = [by_name[name] for name in part.ops]  # each op looked up once: its record is carried from here
         local = {name: j for j, name in enumerate(part.ops)}
         arg_of: dict[tuple[str, int | None], int] = {}
         args: list[TaskRef] = []
@@ -258,11 +259,11 @@ class GraphBuilder:
         controls: list[TaskRef] = []
         wires: list[list[tuple[bool, int, int]]] = []  # per op: (is_local, slot, element)
         last_reader: dict[tuple[bool, int], int] = {}
-        for j, name in enumerate(part.ops):
-            op = spec.op(name)
+        for j, op in enumerate(ops):
+            name = op.name
             row = []
             for ref in op.inputs:
-                element = ref.output if ref.output is not None and spec.op(ref.op).outputs > 1 else -1
+                element = ref.output if ref.output is not None and by_name[ref.op].outputs > 1 else -1
                 if ref.op in local:
                     wire = (True, local[ref.op], element)
                 else:
@@ -291,17 +292,16 @@ class GraphBuilder:
                        for row in wires)
         returned = tuple((n_args + local[r.op], r.output if r.output is not None and spec.op(r.op).outputs > 1
                           else -1) for r in refs)
-        payload = PartitionTask.from_rows(part.label, [self.op_values(name, step) for name in part.ops], inputs,
+        payload = PartitionTask.from_rows(part.label, [self.values_of(op, step) for op in ops], inputs,
                                           frees, returned, n_args,
                                           tuple(arg_index) if any(i >= 0 for i in arg_index) else ())
-        first = spec.op(part.ops[0])
+        first = ops[0]
         key = self.names.partition(part.label, first.kind, first.params, suffix)
         self.add(key, Task(key, run_partition, payload, *args, *controls), device, part.ops[0], part.retries)
         self.partition_ops[key] = part.ops
         self.last_key = key
-        if len(refs) == 1:
-            return {publish[0]: Located(key, device)}
-        return {text: Located(key, device, i) for i, text in enumerate(publish)}
+        return {publish[0]: Located(key, device)} if len(refs) == 1 else \
+            {text: Located(key, device, i) for i, text in enumerate(publish)}
 
     def marker_wire(self, name: str, local: Mapping[str, int], resolve: Resolve, device: DeviceSpec, suffix: str,
                     arg_of: dict[tuple[str, int | None], int], args: list[TaskRef],
@@ -323,7 +323,10 @@ class GraphBuilder:
 
     def op_values(self, op_name: str, step: int, indices: tuple[int | None, ...] = ()) -> tuple[Any, ...]:
         """An op's payload as its values in OpTask's field order (a partition packs them as columns at once)."""
-        op = self.spec.op(op_name)
+        return self.values_of(self.spec.op(op_name), step, indices)
+
+    def values_of(self, op: Op, step: int, indices: tuple[int | None, ...] = ()) -> tuple[Any, ...]:
+        """:meth:`op_values` of the op in hand."""
         definition = lookup(op.kind)
         params = op.params
         if definition is not None and definition.writes:

@@ -29,7 +29,8 @@ def compile_plan(plan: Plan, options: CompileOptions, only: Collection[str] | No
     spec = plan.spec
     values: dict[str, Located] = dict(known or {})
     chosen = set(only) if only is not None else None
-    names = [p.op for p in plan.placements if p.op not in values and (chosen is None or p.op in chosen)]
+    names = [p.op for p in plan.placements] if not values and chosen is None else \
+        [p.op for p in plan.placements if p.op not in values and (chosen is None or p.op in chosen)]
     wanted = [str(o.ref) for o in spec.outputs] if outputs is None else list(outputs)
     by_op = options.granularity == "op"
     parts = () if by_op else stage_partitions(plan, names, cut_after)
@@ -80,14 +81,15 @@ def _add_partitions(plan: Plan, builder: GraphBuilder, parts: Sequence[Partition
     home = {name: part.index for part in parts for name in part.ops}
     # ops another task waits for through a control edge: their partition is no sink (that task needs it)
     waited_for = {a for op in plan.spec.ops for a in op.after if home.get(a) != home.get(op.name)}
-    returns = published(plan, parts, wanted)
+    returns = published(plan, parts, wanted, home)
     sinks: list[str] = []
     for part in parts:
         values.update(builder.add_partition(part, resolve, done.__getitem__, returns[part.index], step=step))
         key = builder.last_key
+        located = Located(key, part.device)  # one record, shared by the partition's ops
         for name in part.ops:
-            done[name] = Located(key, part.device)
-        if not returns[part.index] and not waited_for & set(part.ops):
+            done[name] = located
+        if not returns[part.index] and not (waited_for and waited_for.intersection(part.ops)):
             sinks.append(key)
     return sinks
 
@@ -129,12 +131,12 @@ def stage_partitions(plan: Plan, names: Sequence[str], cut_after: Collection[str
 
 def partition_readers(plan: Plan, parts: Sequence[Partition]) -> dict[tuple[str, str], int]:
     """How many partitions on each device read each value from outside: one needs no move task."""
-    spec = plan.spec
+    index = plan.spec.op_index
     count: dict[tuple[str, str], int] = {}
     for part in parts:
         members = set(part.ops)
         device = part.device.to_string()
-        for text in {str(ref) for name in part.ops for ref in spec.op(name).inputs if ref.op not in members}:
+        for text in {str(ref) for name in part.ops for ref in index[name].inputs if ref.op not in members}:
             count[(text, device)] = count.get((text, device), 0) + 1
     return count
 

@@ -66,7 +66,7 @@ from dataclasses import dataclass, field, replace
 
 from ..devices import ANY, DeviceSpec
 from .records import GRANULARITIES, IN_PROCESS, LoopMode, Partition, Plan, TaskPlan
-from ..spec.records import Loop, OpRef, Scope, Spec
+from ..spec.records import Loop, Op, OpRef, Scope, Spec
 
 __all__ = ["Partition", "gang_blocker", "loop_mode", "partition", "plan_tasks", "published"]
 
@@ -77,7 +77,8 @@ def plan_tasks(plan: Plan) -> Plan:
     order = [p.op for p in plan.placements]
     in_loops = {name for loop in spec.loops for name in loop.body}
     exports = {name for loop in spec.loops for name in loop.exports}
-    top = partition(plan, [name for name in order if name not in in_loops and name not in exports])
+    top = partition(plan, [name for name in order if name not in in_loops and name not in exports]
+                    if in_loops or exports else order)
     loops: dict[str, tuple[Partition, ...]] = {}
     for loop in spec.loops:
         inner = {name for other in spec.descendants(loop) for name in (*other.body, *other.exports)}
@@ -157,22 +158,22 @@ def partition(plan: Plan, names: Sequence[str] | None = None, external: Collecti
     """
     spec = plan.spec
     chosen = [p.op for p in plan.placements] if names is None else list(names)
-    members = set(chosen).difference(external)
     placements = plan.placement_index
     where = {name: p.device_name for name, p in placements.items()}  # canonical names: fast to compare
     if threads is None:
         threads = {d.name: d.threads for d in spec.cluster.devices}
-    needs_of, exports, readers = _reads(plan, where, members, cut_after)
-    copy_of = _copies_on_shared_gpus(plan, members, where, threads)
+    skip = set(external)
+    exports, readers, copy_of = _tables(plan, chosen, skip, where, threads, cut_after)
     parts: list[tuple[DeviceSpec, list[str], int]] = []
     open_on: dict[str, _Open] = {}
     default_retries = spec.run.retries
     for name in chosen:
-        if name not in members:
+        if skip and name in skip:
             continue
         device = where[name]
-        retries = spec.op(name).retries or default_retries
-        needs = needs_of[name]
+        op = spec.op_index[name]
+        retries = op.retries or default_retries
+        needs = _needs(op)
         part = open_on.get(device)
         joined = False
         copy = copy_of.get(name)
@@ -205,6 +206,23 @@ def partition(plan: Plan, names: Sequence[str] | None = None, external: Collecti
         if device.endswith(":*") or (name in exports and copy is None):
             open_on.pop(device, None)
     return tuple(Partition(i, device, tuple(ops), retries) for i, (device, ops, retries) in enumerate(parts))
+
+
+def _tables(plan: Plan, chosen: Sequence[str], outside: Collection[str], where: Mapping[str, str],
+            threads: Mapping[str, int], cut_after: Collection[str]) \
+        -> tuple[set[str], dict[str, int], dict[str, CopyKey]]:
+    """The ops wanted elsewhere; the readers of each op (only where a device has several threads, for
+    :func:`_extends_chain`); the sweep copy of each op on a GPU (only where the cluster has GPUs).
+
+    Each op's record is looked up once in :func:`partition`, and what it reads taken from it: a table by name
+    costs more per look-up the larger the plan (``benchmarks/README.md``, B2), so only those a case needs are made.
+    """
+    chains = any(n > 1 for n in threads.values())
+    gpus = any(d.is_gpu for d in plan.spec.cluster.devices)
+    members = set(chosen).difference(outside) if chains or gpus else ()
+    readers = _readers(plan, members) if chains else {}
+    copy_of = _copies_on_shared_gpus(plan, members, where, threads) if gpus else {}
+    return _exports(plan, where, cut_after), readers, copy_of
 
 
 def _copies_on_shared_gpus(plan: Plan, members: Collection[str], where: Mapping[str, str],
@@ -240,24 +258,33 @@ def _copy_key(scope: Scope) -> CopyKey | None:
     return (scope.sweep, scope.copy) if scope.sweep is not None and scope.copy is not None else None
 
 
-def _reads(plan: Plan, where: Mapping[str, str], members: Collection[str], cut_after: Collection[str]) \
-        -> tuple[dict[str, tuple[str, ...]], set[str], dict[str, int]]:
-    """What each member reads, the ops whose value is wanted elsewhere (or at once), and readers per op."""
-    needs_of: dict[str, tuple[str, ...]] = {}
-    exports: set[str] = set(cut_after)  # ops whose value (or completion) is wanted elsewhere, or at once
-    readers: dict[str, int] = {}
+def _needs(op: Op) -> tuple[str, ...]:
+    """The ops ``op`` reads or waits for, each once, in order."""
+    if not op.after and len(op.inputs) == 1:
+        return (op.inputs[0].op,)  # the common case: no list, no dict
+    return tuple(dict.fromkeys([ref.op for ref in op.inputs] + list(op.after)))
+
+
+def _exports(plan: Plan, where: Mapping[str, str], cut_after: Collection[str]) -> set[str]:
+    """The ops whose value (or completion) is wanted on another device, or at once."""
+    exports: set[str] = set(cut_after)
     for op in plan.spec.ops:
-        needs = tuple(dict.fromkeys([ref.op for ref in op.inputs] + list(op.after)))
         here = where[op.name]
         anywhere = here.endswith(":*")
-        for dep in needs:
-            if where.get(dep, here) != here or anywhere:
+        for dep in _needs(op):
+            if anywhere or where.get(dep, here) != here:
                 exports.add(dep)
+    return exports
+
+
+def _readers(plan: Plan, members: Collection[str]) -> dict[str, int]:
+    """Per op, how many members read it or wait for it."""
+    readers: dict[str, int] = {}
+    for op in plan.spec.ops:
         if op.name in members:
-            needs_of[op.name] = needs
-            for dep in needs:
+            for dep in _needs(op):
                 readers[dep] = readers.get(dep, 0) + 1
-    return needs_of, exports, readers
+    return readers
 
 
 def _extends_chain(part: _Open, local: list[str], readers: Mapping[str, int]) -> bool:
@@ -266,21 +293,24 @@ def _extends_chain(part: _Open, local: list[str], readers: Mapping[str, int]) ->
     return local == [last] and readers.get(last, 0) == 1
 
 
-def published(plan: Plan, parts: Sequence[Partition], wanted: Collection[str] = ()) -> dict[int, tuple[str, ...]]:
+def published(plan: Plan, parts: Sequence[Partition], wanted: Collection[str] = (),
+              home: Mapping[str, int] | None = None) -> dict[int, tuple[str, ...]]:
     """Per partition, the values (``op`` or ``op:i``) read outside it, in its op order.
 
     ``wanted`` adds refs the caller needs besides readers (outputs, a loop's
     carried state and metrics). A control edge (``after``) needs no value,
     but for a sweep's gathering op's: it reads whether each copy's last op
-    failed from the op's value (beside it, when on another device).
+    failed from the op's value (beside it, when on another device). ``home``: each op's partition index,
+    where the caller has it already (a table of every op is not made twice).
     """
     spec = plan.spec
-    home = {name: part.index for part in parts for name in part.ops}
+    if home is None:
+        home = {name: part.index for part in parts for name in part.ops}
     needed: dict[int, set[str]] = {}
     gathering = {g.op for search in spec.sweeps for g in search.gathering}
     for op in spec.ops:
         here = home.get(op.name)
-        marks = [OpRef(a, 0 if spec.op(a).outputs > 1 else None) for a in op.after] if op.name in gathering else []
+        marks = [OpRef(a, 0 if spec.op(a).outputs > 1 else None) for a in op.after] if gathering and op.name in gathering else []
         for ref in (*op.inputs, *marks):
             source = home.get(ref.op)
             if source is not None and source != here:
@@ -292,6 +322,9 @@ def published(plan: Plan, parts: Sequence[Partition], wanted: Collection[str] = 
     out: dict[int, tuple[str, ...]] = {}
     for part in parts:
         refs = needed.get(part.index, set())
+        if not refs:
+            out[part.index] = ()
+            continue
         order = {name: i for i, name in enumerate(part.ops)}
         out[part.index] = tuple(sorted(refs, key=lambda r: (order[OpRef.parse(r).op], r)))
     return out

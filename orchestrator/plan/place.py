@@ -163,11 +163,13 @@ class Placer:
         fallback = self.check(op, res)
         device = res.spec
         self.chosen[op.name] = device
-        crossing = dict.fromkeys(ref for ref in op.inputs if ref.op in self.chosen and self.chosen[ref.op] != device)
-        transfers = tuple(  # an input read twice (add(a, a)) still moves once
-            Transfer(ref, self.chosen[ref.op].to_string(), device.to_string(), self.spec.value(ref).nbytes)
-            for ref in crossing
-        )
+        crossing: dict[OpRef, DeviceSpec] = {}  # an input read twice (add(a, a)) still moves once
+        for ref in op.inputs:
+            source = self.chosen.get(ref.op)  # one look-up by name per input
+            if source is not None and source != device:
+                crossing.setdefault(ref, source)
+        transfers = tuple(Transfer(ref, source.to_string(), device.to_string(), self.spec.value(ref).nbytes)
+                          for ref, source in crossing.items())
         out_bytes = _sum_known([self.spec.value(_ref(op.name, i, op.outputs)).nbytes for i in range(op.outputs)])
         sources = tuple((name, res.sources.get(name, "default")) for name in FIELDS)
         self.hold(device, out_bytes or 0)

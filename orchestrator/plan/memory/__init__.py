@@ -97,17 +97,18 @@ def plan_memory(plan: Plan, granularity: str = "partition") -> Plan:
                               in_loops(plan, granularity, line, scope, unknown)):
         held.setdefault(device, []).append(what)
     bytes_in, bytes_out = transfers(plan, line)
-    ops_on: dict[str, list[str]] = {}
-    for name in line.order:
-        ops_on.setdefault(line.device_of[name], []).append(name)
+    ops_on: dict[str, list[int]] = {}  # device -> the positions of its ops
+    for position, device in enumerate(line.device_at):
+        ops_on.setdefault(device, []).append(position)
     memories = []
     # planned again at another granularity (run --granularity op): its own findings are made anew, not twice
     diagnostics = [d for d in plan.diagnostics if d.code not in _FINDINGS]
-    for device, names in ops_on.items():
+    for device, positions in ops_on.items():
         limit = _limit(plan, device)
-        peak, peak_op, over_op, largest = _peak(held.get(device, []), names, line.step_of, limit)
+        names = tuple(line.order[p] for p in positions)
+        peak, peak_op, over_op, largest = _peak(held.get(device, []), positions, line.order, limit)
         vague = tuple(sorted(unknown[device], key=line.step_of.__getitem__))
-        memories.append(DeviceMemory(device, tuple(names), peak, peak_op, limit, vague, bytes_in.get(device, 0),
+        memories.append(DeviceMemory(device, names, peak, peak_op, limit, vague, bytes_in.get(device, 0),
                                      bytes_out.get(device, 0), over_op, largest))
     packing = pack(plan, held, unknown, {m.device: m.peak for m in memories}, {m.device: m.limit for m in memories},
                    line.step_of)
@@ -121,23 +122,23 @@ def plan_memory(plan: Plan, granularity: str = "partition") -> Plan:
     return replace(plan, memory=tuple(memories), diagnostics=tuple(diagnostics), packing=packing)
 
 
-def _peak(held: Sequence[Held], names: Sequence[str], step_of: Mapping[str, int],
+def _peak(held: Sequence[Held], positions: Sequence[int], order: Sequence[str],
           limit: int | None) -> tuple[int, str | None, str | None, tuple[tuple[str, int], ...]]:
     """(peak, the op running at it, the op whose step first goes over ``limit``, the largest values at the peak)."""
     delta: dict[int, int] = {}
     for h in held:
         delta[h.start] = delta.get(h.start, 0) + h.size
         delta[h.stop + 1] = delta.get(h.stop + 1, 0) - h.size
-    running = {step_of[n]: n for n in names}
+    running = set(positions)
     live, peak, peak_op, peak_step, over_op = 0, 0, None, -1, None
-    for step in sorted(set(delta) | set(running)):
+    for step in sorted(running.union(delta)):
         live += delta.get(step, 0)
         if step not in running:
             continue
         if peak_op is None or live > peak:  # ties: the first op to reach it
-            peak, peak_op, peak_step = live, running[step], step
+            peak, peak_op, peak_step = live, order[step], step
         if over_op is None and limit is not None and live > limit:
-            over_op = running[step]
+            over_op = order[step]
     at_peak = sorted(((h.what, h.size) for h in held if h.start <= peak_step <= h.stop and h.size),
                      key=lambda item: (-item[1], item[0]))
     return peak, peak_op, over_op, tuple(at_peak[:3])

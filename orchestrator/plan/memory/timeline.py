@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from ..records import Plan
-from ...spec.records import Loop, OpRef, Spec
+from ...spec.records import Loop, Op, OpRef, Spec
 
 Key = tuple[str, int]  # (op, output index)
 SCAN = 64  # tasks of a device looked at for the one that lets a value go: beyond, it is held to the end
@@ -65,6 +65,12 @@ class Timeline:
     units_on: Mapping[str, tuple[int, ...]]  # device -> its units, in order
     starts_on: Mapping[str, tuple[int, ...]]  # device -> the first position of each of its units
     reads_from: Mapping[int, frozenset[int]]  # unit -> the units it waits for (data or control)
+    # by position, what the mappings above say by name: planners walk the ops in this order and look each
+    # up here by index (a lookup by name costs more per op the larger the plan: ``benchmarks/README.md``, B2)
+    ops: tuple[Op, ...] = ()
+    unit_at: tuple[int, ...] = ()
+    device_at: tuple[str, ...] = ()
+    unit_device: tuple[str, ...] = ()  # per unit: its device
     waiting: dict[tuple[int, int], bool] = field(default_factory=dict, compare=False)  # waits_for, worked out
 
     @property
@@ -82,8 +88,8 @@ class Timeline:
         waits for every reader elsewhere and is not such a ready one; without one, it is counted to
         the end (looking at most ``SCAN`` tasks ahead).
         """
-        near = [u for u in readers if self.device_of[self.order[self.first[u]]] == device]
-        far = [u for u in readers if self.device_of[self.order[self.first[u]]] != device]
+        near = [u for u in readers if self.unit_device[u] == device]
+        far = [u for u in readers if self.unit_device[u] != device]
         last_near = max(near, key=self.last.__getitem__) if near else None
         after = max([start] + [self.last[u] for u in near])
         units = self.units_on.get(device, ())
@@ -124,30 +130,49 @@ class Timeline:
 
 def timeline(plan: Plan, granularity: str) -> Timeline:
     """The positions of ``plan``'s ops in the schedule the runner follows at ``granularity``."""
-    spec = plan.spec
+    index = plan.spec.op_index
     units = schedule(plan, granularity)
     order = tuple(name for unit in units for name in unit)
     step_of = {name: i for i, name in enumerate(order)}
-    unit_of = {name: u for u, unit in enumerate(units) for name in unit}
+    unit_at = tuple(u for u, unit in enumerate(units) for _ in unit)
+    unit_of = dict(zip(order, unit_at))
     device_of = {p.op: p.device_name for p in plan.placements}
-    on: dict[str, list[int]] = {}
-    reads: dict[int, set[int]] = {}
-    for u, unit in enumerate(units):
-        on.setdefault(device_of[unit[0]], []).append(u)
-        waits = reads.setdefault(u, set())
-        for name in unit:
-            op = spec.op(name)
-            waits.update(unit_of[dep] for dep in (*(ref.op for ref in op.inputs), *op.after) if dep in unit_of)
+    ops = tuple(index[name] for name in order)
+    device_at = tuple(device_of[name] for name in order)
     first = tuple(step_of[unit[0]] for unit in units)
-    return Timeline(order, step_of, unit_of, first, tuple(step_of[unit[-1]] for unit in units), device_of,
+    last = tuple(step_of[unit[-1]] for unit in units)
+    unit_device = tuple(device_at[f] for f in first)
+    on: dict[str, list[int]] = {}
+    for u, device in enumerate(unit_device):
+        on.setdefault(device, []).append(u)
+    reads: list[set[int]] = [set() for _ in units]
+    for u, op in zip(unit_at, ops):
+        waits = reads[u]
+        for ref in op.inputs:
+            dep = unit_of.get(ref.op)
+            if dep is not None:
+                waits.add(dep)
+        for name in op.after:
+            dep = unit_of.get(name)
+            if dep is not None:
+                waits.add(dep)
+    return Timeline(order, step_of, unit_of, first, last, device_of,
                     {d: tuple(us) for d, us in on.items()}, {d: tuple(first[u] for u in us) for d, us in on.items()},
-                    {u: frozenset(w - {u}) for u, w in reads.items()})
+                    {u: frozenset(w - {u}) for u, w in enumerate(reads)}, ops, unit_at, device_at, unit_device)
 
 
 def size_of(spec: Spec, key: Key) -> int | None:
     """The bytes of output ``key[1]`` of op ``key[0]``, or None when its size is unknown."""
     op = spec.op(key[0])
     return spec.value(OpRef(key[0], key[1] if op.outputs > 1 else None)).nbytes
+
+
+def sizes(spec: Spec, op: Op) -> tuple[int | None, ...]:
+    """The bytes of each output of ``op`` (None where unknown): :func:`size_of` of each, the op in hand."""
+    infos = spec.values.get(op.name, ())
+    if op.outputs == 1:
+        return (infos[0].nbytes if infos else None,)
+    return tuple(infos[i].nbytes if i < len(infos) else None for i in range(op.outputs))
 
 
 def label(spec: Spec, key: Key) -> str:
