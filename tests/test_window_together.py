@@ -153,12 +153,18 @@ def test_values_between_devices_of_one_thread_are_handed_over_without_a_mailbox(
     spec = write(tmp_path, ONE_HOST, "/cpu:0", "/gpu")
     counting = COUNTING.replace("{path!r}", repr(str(tmp_path / "mailbox")))  # (put runs outside the spec folder)
     (tmp_path / "mark_fns.py").write_text(counting + MARK_FNS)
-    check_values(run_file(spec, echo=quiet))
+    result = run_file(spec, echo=quiet)
+    check_values(result)
     assert not (tmp_path / "mailbox").exists(), (tmp_path / "mailbox").read_text()
+    assert result.report["totals"]["bytes_exchanged"] == 0  # nothing left the process
     spec = write(tmp_path, PS_APART, "/job:ps/task:0/cpu:0", "/job:worker/task:0/gpu")
     (tmp_path / "mark_fns.py").write_text(counting + MARK_FNS)
-    check_values(run_file(spec, echo=quiet))
+    result = run_file(spec, echo=quiet)
+    check_values(result)
     assert (tmp_path / "mailbox").exists()  # the ps's w into the GPUs' process, a and b into the ps's
+    # w to each GPU and a and b to the ps, 3 float64 each, at each of the 40 steps, but the first step's w,
+    # moved to the GPUs before the loop
+    assert result.report["totals"]["bytes_exchanged"] == 4 * 24 * 40 - 2 * 24
 
 
 @pytest.mark.cluster

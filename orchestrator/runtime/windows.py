@@ -385,6 +385,7 @@ class _Outgoing:
         stop = time.time()
         if timeline is not None:
             timeline.add("wait", f"{ref} from {sender}", start, stop)
+        handed = hand is not None and sender in hand.devices  # (no byte left the process: none counted as sent)
         runtime.record(task.run, f"{ref}@{task.device}", "exchange", task.device, start, stop - start,
-                       int(getattr(moved, "nbytes", 0)))
+                       0 if handed else int(getattr(moved, "nbytes", 0)))
         return moved
