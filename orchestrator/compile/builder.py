@@ -135,18 +135,18 @@ class GraphBuilder:
 
     def add(self, key: str, task: Any, device: DeviceSpec, op: str, n_retries: int) -> None:
         self.tasks[key] = task
-        share = self.copy_slots.get(op)
-        if share is not None:  # a packed copy's task: its share of the GPU's slots
-            self.resources[key] = slot_resources(device, share)
-        else:
-            self.resources[key] = self.device_resources(device)
+        self.resources[key] = self.task_resources(device, op)
         self.retries[key] = 0 if self.spec.run.retry_on else n_retries  # (retry_on: the op retries in place)
         self.owner[key] = op
         if self.step is not None:
             self.steps[key] = self.step
 
-    def device_resources(self, device: DeviceSpec) -> Mapping[str, float]:
-        """What a task pinned to ``device`` asks for: one (read-only) mapping per device, shared by its tasks."""
+    def task_resources(self, device: DeviceSpec, op: str) -> Mapping[str, float]:
+        """What a task of ``op`` pinned to ``device`` asks for: a packed copy's share of the GPU's slots, else
+        one (read-only) mapping per device, shared by its tasks."""
+        share = self.copy_slots.get(op)
+        if share is not None:
+            return slot_resources(device, share)
         resources = self._resources_of.get(device)
         if resources is None:
             slots = self.gpu_slots.get(device.to_string())

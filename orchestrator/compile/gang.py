@@ -8,7 +8,11 @@ only the tensors that cross devices. A gang window does the same for
 ``window`` steps at a time: each device of the loop body gets one
 :class:`~orchestrator.runtime.WindowTask` running its body ops for every step
 of the window (``orchestrator.runtime.windows``), and the values read across
-devices go directly from worker to worker.
+devices go directly from worker to worker. The devices of one worker process
+(``processes: host``) get one task for all of them (``runtime.groups``,
+asking for every one of their resources): one thread runs their ops, and
+each device's states and metrics take their place, one part after another,
+in its result (:class:`_Layout`).
 
 What must hold for that, and why (planning's ``orchestrator.plan.partition.gang_blocker``
 says which fails, and the plan keeps the answer: ``plan.loop_mode``):
@@ -245,7 +249,7 @@ def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, op
     keys = {d: builder.names.window(loop.name, "+".join(device_label(plan, DeviceSpec.parse(e))
                                                         for e in groups.get(d, (d,))), steps, suffix)
             for d in shape.devices}
-    layout = _Layout(plan, loop, shape, groups)
+    layout = _Layout(loop, shape, groups)
     carried: dict[str, Located] = {}
     metric_keys: dict[str, str] = {}
     elements: dict[str, int] = {}  # a metric read from its part's own result: its element there
@@ -294,7 +298,7 @@ class _Layout:
     """Where each device's part begins in its task's result: the states it carries out, then its metrics;
     after the parts of the devices before it in its group (a group's task returns its parts one after another)."""
 
-    def __init__(self, plan: Plan, loop: Loop, shape: _Shape, groups: dict[str, tuple[str, ...]]):
+    def __init__(self, loop: Loop, shape: _Shape, groups: dict[str, tuple[str, ...]]):
         self.owned = {d: [v for v in shape.placeholders.values() if shape.owner[v] == d] for d in shape.devices}
         size = {d: len(self.owned[d]) + sum(1 for _, ref in loop.metrics if shape.device_of[ref.op] == d)
                 for d in shape.devices}
@@ -309,8 +313,8 @@ def _add_group(builder: GraphBuilder, key: str, parts: list[tuple[str, WindowTas
     builder.add(key, Task(key, run_group, group, *(a for _, _, args in parts for a in args)), device,
                 parts[0][1].ops[0].name, 0)
     merged: dict[str, float] = {}
-    for d, _, _ in parts:
-        for name, amount in builder.device_resources(DeviceSpec.parse(d)).items():
+    for d, payload, _ in parts:  # each device's as its own part would ask (a packed copy's share of a GPU too)
+        for name, amount in builder.task_resources(DeviceSpec.parse(d), payload.ops[0].name).items():
             merged[name] = merged.get(name, 0.0) + amount
     builder.resources[key] = merged
 
