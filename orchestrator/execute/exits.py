@@ -87,7 +87,7 @@ class ExitCodes:
 
     def holds(self, exitcode: Any) -> bool:
         """Is this an exit the run will not recover from (so its work must not run again before the run ends)?"""
-        return bool(self.codes) and isinstance(exitcode, int) and exitcode not in self.codes
+        return not_listed(self.codes, exitcode)
 
     async def restart_later(self, handler: Any, exitcode: int) -> None:
         """Dask's own handling of the exit (which restarts the process), once the run has let go of the worker."""
@@ -101,6 +101,11 @@ class ExitCodes:
     def teardown(self, nanny: Any) -> None:
         if self.released is not None:
             self.released.set()
+
+
+def not_listed(codes: Sequence[int], exitcode: Any) -> bool:
+    """An exit code ``run.recover_on_exit_codes`` (``codes``; none: every exit is recovered from) does not list."""
+    return bool(codes) and isinstance(exitcode, int) and exitcode not in codes
 
 
 async def _let_go(client: Any, nanny: str) -> None:
@@ -145,7 +150,7 @@ class ExitWatch:
         if isinstance(said, Mapping) and isinstance(said.get("exitcode"), int):
             with self.lock:
                 self.heard[str(said.get("address"))] = (int(said["exitcode"]), int(said.get("pid") or 0))
-                if said.get("nanny") and said["exitcode"] not in self.codes:
+                if said.get("nanny") and not_listed(self.codes, said["exitcode"]):
                     self.holding.add(str(said["nanny"]))
 
     def recoverable(self, address: str, device: str) -> bool:
@@ -160,7 +165,7 @@ class ExitWatch:
             if code is not None or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        if code is None or code[0] in self.codes:
+        if code is None or not not_listed(self.codes, code[0]):
             return True
         listed, pid = ", ".join(map(str, self.codes)), code[1] or self.pids.get(address, 0)
         process = f" (process {pid})" if pid else ""

@@ -7,8 +7,8 @@ that device's worker. The worker lookup bound into ``runtime``
 pinned to, read from the task's own resource restriction (the identity
 resource compile gave it), never from a name; so each op is charged,
 capped, timed out, recorded and logged on its device as in a worker of its
-own, and the devices of the process hand loop values over by reference
-(``runtime.share_process``).
+own. A loop window of the process's devices is one task whose thread runs
+them all and hands their values over by reference (``runtime.groups``).
 
 A host worker also chooses its next Dask task as separate device workers
 would (:func:`start_past_busy_devices`). Dask's worker starts the tasks
@@ -96,7 +96,6 @@ class DeviceRuntimePlugin(WorkerPlugin):
             start_past_busy_devices(worker.state)
             setattr(worker, runtime.RUNTIME_ATTRIBUTE, held[mine[0].name])
             runtimes = held
-        runtime.share_process({name: each.mailbox for name, each in runtimes.items()})
 
         async def receive(comm: Any, device: str = "") -> None:
             """A stream of values from another device's window partitions, until it closes."""

@@ -22,7 +22,7 @@ when it installs a device's :class:`Runtime` on a worker.
   worker to worker over direct links (or Dask's comms on TLS clusters).
 """
 
-from .exchange import Mailbox, Sent, Tag, bind_courier, in_process, share_process
+from .exchange import Mailbox, Sent, Tag, bind_courier
 from .frames import SECRET_BYTES as LINK_SECRET_BYTES
 from .partition_task import PartitionTask, run_partition
 from .resources import device_resource, resources_for, slot_resources, task_resource, worker_resources
@@ -38,4 +38,4 @@ __all__ = ["ARG", "COPY_TOPIC", "DEVICE_METRIC", "DEVICE_TOPIC", "DRAIN_TOPIC", 
            "copy_failed", "device_resource",
            "discard_saves", "mark_lost", "settle_saves",
            "device_metrics", "drain_records", "move", "open_links", "resources_for", "set_links", "slot_resources", "run_op", "run_partition", "run_window", "task_resource",
-           "to_host", "token", "worker_resources", "in_process", "seats", "share_process"]
+           "to_host", "token", "worker_resources", "seats"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from ..errors import RunError
 
@@ -54,22 +54,6 @@ def send(worker: Any, device: str, run: str, items: Sequence[tuple[Tag, Any]]) -
     if _courier is None:
         raise RunError("no courier is installed on this worker: values cannot be sent to other devices")
     return _courier(worker, device, run, items)
-
-
-# device -> its Mailbox, for the devices of this process (a host worker's, ``processes: host``): a value one of them
-# sends another is put into the receiver's mailbox as it is, by reference, with no socket between (runtime.windows)
-_SHARED: dict[str, Mailbox] = {}
-
-
-def share_process(mailboxes: Mapping[str, Mailbox]) -> None:
-    """The devices whose runtimes live in this process, and their mailboxes (replacing those said before)."""
-    _SHARED.clear()
-    _SHARED.update(mailboxes)
-
-
-def in_process(device: str) -> Mailbox | None:
-    """``device``'s mailbox when it lives in this process (values to it are handed over by reference)."""
-    return _SHARED.get(device)
 
 
 class Mailbox:

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RunError
-from .exchange import Mailbox, Sent, Tag, in_process, send
+from .exchange import Sent, Tag, send
 from .device import Runtime, _runtime, execute
 from .tasks import OpTask
 from .together import Part
@@ -320,13 +320,12 @@ class _Outgoing:
         self.sent: list[Sent] = []
         self.timeline: Timeline | None = None
         self.to_host = runtime.backend.to_host
-        self.routes: dict[str, tuple[Mailbox | None, bool]] = {}  # peer -> (its mailbox here, over a link)
+        self.linked: dict[str, bool] = {}  # peer -> reached over a direct link (else Dask's comms)
 
-    def route(self, device: str) -> tuple[Mailbox | None, bool]:
-        found = self.routes.get(device)
+    def over_link(self, device: str) -> bool:
+        found = self.linked.get(device)
         if found is None:
-            local = in_process(device)
-            found = self.routes[device] = (local, local is None and self.runtime.links.reaches(device))
+            found = self.linked[device] = self.runtime.links.reaches(device)
         return found
 
     def add(self, step: int, ref: str, value: Any, devices: tuple[str, ...]) -> None:
@@ -349,10 +348,7 @@ class _Outgoing:
         run = self.task.run
         for device, items in self.pending.items():
             began = time.time() if self.timeline is not None else 0.0
-            local, linked = self.route(device)
-            if local is not None:  # a device of this process: the value itself, into its mailbox
-                local.put([(run, tag, value) for tag, value in items])
-            elif linked:
+            if self.over_link(device):
                 self.runtime.links.send(device, run, items)  # written now: nothing to wait for later
             else:
                 self.sent.append(send(self.worker, device, run, items))
@@ -375,8 +371,7 @@ class _Outgoing:
                 raise RunError(f"op '{reader}' on {task.device}: '{ref}' of step {step} from {sender} was not made "
                                f"before its reader, though both run in one thread (a bug in the window's order)")
         else:
-            # (a device of this process puts its values into the mailbox itself, and wakes us: no links to read)
-            links = runtime.links if self.route(sender)[1] else None
+            links = runtime.links if self.over_link(sender) else None
             try:
                 value = runtime.mailbox.take(task.run, (task.loop, step, ref), sender, links)
             except RunError as exc:
