@@ -7,7 +7,8 @@ and the first task; host B the other task, each task an ``orchestrate
 worker``. "One host" is the very same processes all on host A, so only the
 link differs.
 
-* polyfit (``examples/polyfit.yaml``, 2000 steps; 400 with ``--quick``): the
+* polyfit (``examples/polyfit.yaml`` with every job in ``processes: device``,
+  ``lost_link.polyfit_spec``; 2000 steps; 400 with ``--quick``): the
   ps task on host A, the worker task (2 GPUs) on host B. Loop = the run
   report's ``phases_seconds["compute"]``; whole = ``orchestrate run`` from
   start to exit. Goal: 2 hosts ÷ 1 host ≤ 2.0 (the issue says at 0.5 ms of
@@ -52,12 +53,11 @@ import time
 from typing import Any, Callable, Iterator
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lost_link import describe, lose_link_mid_run  # noqa: E402
+from lost_link import describe, lose_link_mid_run, polyfit_spec  # noqa: E402
 from netns import DELAY_MS, Cluster, Hosts, cpu_seconds, probe_link, run_client, unavailable  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-POLYFIT = os.path.join(ROOT, "examples", "polyfit.yaml")
 LAYOUTS = {  # (job, task) -> host (0: A, 1: B)
     "polyfit": {"1 host": {("ps", 0): 0, ("worker", 0): 0}, "2 hosts": {("ps", 0): 0, ("worker", 0): 1}},
     "towers": {"1 host": {("worker", 0): 0, ("worker", 1): 0}, "2 hosts": {("worker", 0): 0, ("worker", 1): 1}},
@@ -123,7 +123,7 @@ def report_of(path: str) -> dict[str, Any]:
 
 def polyfit_run(hosts: Hosts, cluster: Cluster, steps: int, logs: str, timeout: float) -> dict[str, Any]:
     report = os.path.join(logs, "polyfit-run.json")
-    args = ["run", POLYFIT, "--scheduler", cluster.address, "--set", f"steps={steps}",
+    args = ["run", polyfit_spec(), "--scheduler", cluster.address, "--set", f"steps={steps}",
             "--set", f"window={min(100, steps)}", "--report", report, "--output-dir", os.path.join(logs, "out")]
     r = measured_run(hosts, args, timeout)
     data = report_of(report)
@@ -184,7 +184,7 @@ class Budget:
 def polyfit_block(hosts: Hosts, layout: str, steps: int, runs: int, out: list[dict[str, Any]],
                   budget: Budget) -> None:
     logs = tempfile.mkdtemp(prefix="b7-polyfit-")
-    with _removed(logs), Cluster(hosts, POLYFIT, LAYOUTS["polyfit"][layout], logs) as cluster:
+    with _removed(logs), Cluster(hosts, polyfit_spec(), LAYOUTS["polyfit"][layout], logs) as cluster:
         polyfit_run(hosts, cluster, min(steps, 200), logs, budget.left())  # warm-up: imports, disk cache
         for _ in range(runs):
             r = polyfit_run(hosts, cluster, steps, logs, budget.left())

@@ -16,9 +16,10 @@ start, imports, cluster start, the loop, shut-down):
   report's ``startup_seconds`` (the embedded cluster started and its workers ready), shut-down = from the
   report file's modification time to the process's output closed (client and cluster closed, the process and
   its fork server gone), and the rest (Python, imports, planning, outputs).
-* ``orchestrate-host``: the same, with every job of the spec in ``processes: host`` (the devices of a machine
-  in one worker process, a thread each: docs/clusters.md), the spec written into the run's temporary folder
-  beside copies of its folder's Python modules.
+* ``orchestrate-device``: the same, with every job of the spec in ``processes: device`` (the default layout:
+  a worker process per device; the example says ``processes: host``, the devices of a machine in one worker
+  process: docs/clusters.md), the spec written into the run's temporary folder beside copies of its folder's
+  Python modules. So both layouts run side by side.
 * ``dask-futures``: ``LocalCluster`` of 4 single-thread worker processes (the spec's ps CPU, worker CPU,
   GPU:0, GPU:1; the "GPUs" are CPU processes), ``client.submit(..., workers=[address])`` per task: per step
   2 tower tasks on the GPU workers and one mean+Adam task on the ps worker, futures chained, nothing
@@ -75,15 +76,15 @@ TOLERANCE = 0.05
 WARMUP_STEPS = 100
 BUDGET_MARGIN = 20.0  # seconds of --budget kept for stopping a run cut short, saving and exiting
 ROUND_MARGIN = 1.3  # a round starts only if the time left is this many times the last round's
-SIDES = ("orchestrate", "orchestrate-host", "dask-futures", "ray", "tensorflow", "numpy")
-OURS = ("orchestrate", "orchestrate-host")  # the spec as written, and its jobs in one process per machine
+SIDES = ("orchestrate", "orchestrate-device", "dask-futures", "ray", "tensorflow", "numpy")
+OURS = {"orchestrate": None, "orchestrate-device": "device"}  # the spec as written; its jobs a process per device
 ANCHORS = ("ray", "dask-futures", "tensorflow")  # the order ratios are printed in
 # orchestrate ÷ anchor, at most; TensorFlow's is issue 30's (issue 19 asked for 1.0), and the loop ÷ plain NumPy
 # in one process at most NUMPY_GOAL (issue 30)
 GOALS = {"ray": 1.0, "dask-futures": 0.25, "tensorflow": 0.7}
 NUMPY_GOAL = 5.0
 NAMES = {"ray": "Ray", "dask-futures": "hand-written Dask futures", "tensorflow": "TensorFlow",
-         "orchestrate": "orchestrate run", "orchestrate-host": "orchestrate run (processes: host)",
+         "orchestrate": "orchestrate run", "orchestrate-device": "orchestrate run (processes: device)",
          "numpy": "plain NumPy (one process)"}
 IMPORTS = {"ray": "ray", "tensorflow": "tensorflow"}
 RESULT_TAG = "B6-RESULT "
@@ -321,30 +322,30 @@ def run_process(cmd: list[str], timeout: float | None, cwd: str) -> tuple[float,
     return elapsed, subprocess.CompletedProcess(cmd, process.returncode, out, err)
 
 
-def host_layout(spec_path: str, folder: str) -> str:
-    """The spec with every job's devices in one process per machine (``processes: host``), written into
-    ``folder`` beside copies of the spec folder's Python modules (its ``call``s import them from there)."""
+def with_layout(spec_path: str, folder: str, layout: str) -> str:
+    """The spec with every job in ``processes: <layout>``, written into ``folder`` beside copies of the spec
+    folder's Python modules (its ``call``s import them from there)."""
     import yaml
 
     with open(spec_path) as handle:
         spec = yaml.safe_load(handle)
     for job in spec["cluster"]["jobs"].values():
-        job["processes"] = "host"
+        job["processes"] = layout
     source = os.path.dirname(os.path.abspath(spec_path))
     for name in os.listdir(source):
         if name.endswith(".py"):
             shutil.copy(os.path.join(source, name), folder)
-    path = os.path.join(folder, os.path.basename(spec_path).replace(".yaml", "-host.yaml"))
+    path = os.path.join(folder, os.path.basename(spec_path).replace(".yaml", f"-{layout}.yaml"))
     with open(path, "x") as handle:
         yaml.safe_dump(spec, handle, sort_keys=False)
     return path
 
 
-def run_orchestrate(steps: int, extra: list[str], timeout: float | None, host: bool = False) -> dict[str, Any]:
+def run_orchestrate(steps: int, extra: list[str], timeout: float | None, layout: str | None = None) -> dict[str, Any]:
     workdir = tempfile.mkdtemp(prefix="b6-orchestrate-")
     try:
         report_path = os.path.join(workdir, "run.json")
-        spec = host_layout(SPEC["path"], workdir) if host else SPEC["path"]
+        spec = with_layout(SPEC["path"], workdir, layout) if layout else SPEC["path"]
         cmd = [*orchestrate_command(), "run", spec, *step_settings(steps), "--report", report_path,
                "--output-dir", workdir, *extra]
         whole, done = run_process(cmd, timeout, ROOT)
@@ -380,7 +381,7 @@ def run_in_process_side(side: str, steps: int, timeout: float | None) -> dict[st
 
 
 def run_side(side: str, steps: int, extra: list[str], timeout: float | None) -> dict[str, Any]:
-    result = run_orchestrate(steps, extra, timeout, host=side == "orchestrate-host") if side in OURS else \
+    result = run_orchestrate(steps, extra, timeout, OURS[side]) if side in OURS else \
         run_in_process_side(side, steps, timeout)
     w = result.get("w")
     result["converged"] = bool(w is not None and len(w) == 3 and np.all(np.abs(np.array(w) - TARGET) <= TOLERANCE))
@@ -416,7 +417,7 @@ def summarize(runs: dict[str, list[dict[str, Any]]], skipped: dict[str, str], me
                 sides[side].update({f"{kind}_s": median(figures), f"{kind}_runs": figures})
     for side, why in skipped.items():
         sides[side] = {"name": NAMES[side], "skipped": why}
-    layouts = {"ratios": "orchestrate", "ratios_host": "orchestrate-host"}
+    layouts = {"ratios": "orchestrate", "ratios_device": "orchestrate-device"}
     return {**meta, "sides": sides, **{key: ratios(sides, sides.get(ours) or {}) for key, ours in layouts.items()
                                        if ours in sides}}
 
@@ -472,7 +473,7 @@ def print_summary(data: dict[str, Any]) -> None:
             print(f"  {'':<34} {startup_shutdown(s)}")
     if data["steps"] < 2000:
         print(f"  ({data['steps']} steps are too few to reach [5, 0, 3]: the example runs 2000)")
-    for key, ours in (("ratios", "orchestrate"), ("ratios_host", "orchestrate-host")):
+    for key, ours in (("ratios", "orchestrate"), ("ratios_device", "orchestrate-device")):
         for r in (data.get(key) or {}).values():
             print_ratio(NAMES[ours], r)
 

@@ -1,6 +1,7 @@
 """B10: a run that loses a device worker and goes on: the time to recover, and the whole run against one that lost none.
 
-``examples/polyfit.yaml`` with ``run.on_device_lost: wait`` (its loop then runs
+``examples/polyfit.yaml`` with every job in ``processes: device`` (a worker process per device, so GPU:0's
+is lost alone) and ``run.on_device_lost: wait`` (its loop then runs
 a task per device partition per step: a gang window cannot be redone alone),
 ``--set steps=N``, run twice per round in a process group of its own:
 
@@ -65,6 +66,8 @@ def _folder() -> Path:
     folder = Path(tempfile.mkdtemp(prefix="b10-"))
     spec = yaml.safe_load((ROOT / "examples" / "polyfit.yaml").read_text())
     spec["run"] = {**(spec.get("run") or {}), "on_device_lost": "wait"}
+    for job in spec["cluster"]["jobs"].values():  # GPU:0's worker alone is lost (the example says processes: host)
+        job["processes"] = "device"
     (folder / "polyfit.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     shutil.copy(ROOT / "examples" / "polyfit_fns.py", folder / "polyfit_fns.py")
     return folder

@@ -94,8 +94,8 @@ done
 step "B4: towers on real GPUs"
 check "$BIN/python" benchmarks/bench_scaling.py --quick --gpu-backend cupy
 
-step "B6: polyfit on real GPUs, a process per GPU and one process for them all (processes: host)"
-check "$BIN/python" benchmarks/bench_polyfit.py --quick --sides orchestrate,orchestrate-host,numpy \
+step "B6: polyfit on real GPUs, one process for them all (as written: processes: host) and a process per GPU"
+check "$BIN/python" benchmarks/bench_polyfit.py --quick --sides orchestrate,orchestrate-device,numpy \
     --orchestrate-args="--gpu-backend cupy" \
     --spec build/gpu-check/examples/polyfit.yaml
 

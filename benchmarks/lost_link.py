@@ -17,6 +17,7 @@ was waiting on the scheduler or on the workers.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -29,7 +30,17 @@ from typing import Any
 from netns import Cluster, Hosts, child_env, command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-POLYFIT = os.path.join(ROOT, "examples", "polyfit.yaml")
+EXAMPLE = os.path.join(ROOT, "examples", "polyfit.yaml")
+
+
+@functools.lru_cache(maxsize=1)
+def polyfit_spec() -> str:
+    """The polyfit example with every job in ``processes: device`` (a worker process per device), written once
+    into a folder of its own: the example says ``processes: host``, which with its ``scheduler: local``
+    names one process for every task of a machine (``/host:local``), and here the tasks are on two hosts."""
+    from bench_polyfit import with_layout
+
+    return with_layout(EXAMPLE, tempfile.mkdtemp(prefix="polyfit-device-"), "device")
 TWO_HOSTS = {("ps", 0): 0, ("worker", 0): 1}  # the ps task with the scheduler; the GPUs across the link
 LIVE_METRICS = os.path.join("results", ".polyfit_loss.csv.running")  # the loop's rows so far, a window at a time
 GOAL_SECONDS = 10.0
@@ -84,8 +95,9 @@ def lose_link_mid_run(hosts: Hosts, limit: float = 60.0, steps: int = 200_000) -
     """Run polyfit across the hosts, take the link down mid-loop; what the client did (see the module)."""
     logs = tempfile.mkdtemp(prefix="b7-lost-link-")
     out_path = os.path.join(logs, "client.log")
-    with Cluster(hosts, POLYFIT, TWO_HOSTS, logs) as cluster:
-        args = ["run", POLYFIT, "--set", f"steps={steps}", "--scheduler", cluster.address,
+    spec = polyfit_spec()
+    with Cluster(hosts, spec, TWO_HOSTS, logs) as cluster:
+        args = ["run", spec, "--set", f"steps={steps}", "--scheduler", cluster.address,
                 "--output-dir", os.path.join(logs, "out")]
         with open(out_path, "wb") as handle:
             client = subprocess.Popen([*hosts.prefix(0), *command("orchestrate"), *args], stdout=handle,

@@ -322,8 +322,8 @@ def polyfit_figures(b6: dict[str, Any]) -> list[Figure]:
     out: list[Figure] = []
     steps = b6.get("steps")
     sides = b6.get("sides") or {}
-    for ours, key, label in (("orchestrate", "ratios", "orchestrate run"),
-                             ("orchestrate-host", "ratios_host", "orchestrate run, processes: host")):
+    for ours, key, label in (("orchestrate", "ratios", "orchestrate run (as written: processes: host)"),
+                             ("orchestrate-device", "ratios_device", "orchestrate run, processes: device")):
         if ours in sides:
             out += _polyfit_layout(b6, sides[ours], b6.get(key) or {}, f"polyfit, {steps or 2000} steps: {label}")
     measured = {k: v for k, v in sides.items() if isinstance(v, dict) and v.get("w") is not None}

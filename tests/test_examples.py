@@ -94,7 +94,10 @@ def test_polyfit_data_parallel_adam(tmp_path: Path) -> None:
     shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("results"))
     spec = tmp_path / "examples" / "polyfit.yaml"
     result = run_file(spec, echo=quiet, report_path=str(tmp_path / "run.json"))
-    assert result.report["loops"]["train"]["mode"].startswith("gang: one task per device per window of 100 steps")
+    # as the example says (processes: host), its three devices are one worker process: one task a window
+    assert result.report["loops"]["train"]["mode"] == ("gang: one task per window of 100 steps (3 devices in one "
+                                                       "worker process), values handed over within it")
+    assert result.report["transport"] == "in-process"
     w = np.asarray(result.values["train.w"])
     assert np.all(np.abs(w - [5.0, 0.0, 3.0]) < 0.05), w
 
@@ -125,7 +128,7 @@ def test_polyfit_data_parallel_adam(tmp_path: Path) -> None:
 
 def test_polyfit_is_the_same_at_both_granularities(tmp_path: Path) -> None:
     """200 steps in windows of 50: values, placements and per-op records equal with a task per op and
-    with gang windows (one task per device per window, values sent worker to worker)."""
+    with gang windows (one task a window for the example's one worker process)."""
     shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("results"))
     spec = tmp_path / "examples" / "polyfit.yaml"
     runs = {g: run_file(spec, echo=quiet, granularity=g, params={"steps": "200", "window": 50})

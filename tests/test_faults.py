@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from test_links import closed_by_peer, connect, head, raise_descriptor_limit
 from test_remote import start_scheduler, start_task, stop_all, wait_started
+from spec_helpers import polyfit_in
 from waiting import gone
 
 from orchestrator import run_file
@@ -250,7 +251,8 @@ def _wait_for_handlers(pid: int, cap: float = 120.0) -> None:
 def test_ctrl_c_to_the_process_group_prints_one_line_and_leaves_no_process(tmp_path: Path, when: str) -> None:
     """SIGINT to the whole group, as a terminal sends it: once 136 lines with 8 worker tracebacks."""
     orchestrate = str(BIN / "orchestrate")
-    proc = _run_in_own_group([orchestrate, "run", str(ROOT / "examples" / "polyfit.yaml"), "--set", "steps=100000",
+    spec = polyfit_in(tmp_path / "spec", "device")  # a process per device (the host layout's: test_host_processes)
+    proc = _run_in_own_group([orchestrate, "run", str(spec), "--set", "steps=100000",
                               "--output-dir", str(tmp_path)], tmp_path)
     if when == "looping":  # the loop is under way once the dashboard line is out and a moment has passed
         assert proc.stdout is not None
@@ -270,8 +272,9 @@ def test_ctrl_c_to_the_process_group_prints_one_line_and_leaves_no_process(tmp_p
 
 
 def test_loop_runs_end_without_dask_warnings(tmp_path: Path) -> None:
-    """Once: 'Closing dangling stream' for each worker-to-worker stream at the end of every loop run."""
-    done = subprocess.run([str(BIN / "orchestrate"), "run", str(ROOT / "examples" / "polyfit.yaml"),
+    """Once: 'Closing dangling stream' for each worker-to-worker stream at the end of every loop run (a process
+    per device: the values go worker to worker)."""
+    done = subprocess.run([str(BIN / "orchestrate"), "run", str(polyfit_in(tmp_path / "spec", "device")),
                            "--set", "steps=200", "--output-dir", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr

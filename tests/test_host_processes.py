@@ -29,12 +29,12 @@ from orchestrator.execute.starting import CAPPED, Progress
 from orchestrator.runtime.backends import cuda_device_count
 
 from test_lost_worker import LiveRun, busy, race_spec  # noqa: F401  (busy: a fixture)
+from spec_helpers import polyfit_in
 from waiting import gone
 
 pytestmark = [pytest.mark.cluster]
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-POLYFIT_JOBS = ("    ps: {tasks: 1}\n", "    worker: {tasks: 1, gpus: 2, gpu_memory: {limit: 64MiB}}\n")
 HOST = "/job:worker/replica:0/task:0"
 
 
@@ -44,15 +44,7 @@ def quiet(_: str) -> None:
 
 def polyfit(tmp_path: Path, layout: str) -> Path:
     """The polyfit example with every job in ``layout`` (its functions beside it)."""
-    text = (ROOT / "examples" / "polyfit.yaml").read_text()
-    for line in POLYFIT_JOBS:
-        assert line in text
-        text = text.replace(line, line.replace("}\n", f", processes: {layout}}}\n"))
-    folder = tmp_path / layout
-    folder.mkdir(parents=True)
-    shutil.copy(ROOT / "examples" / "polyfit_fns.py", folder)
-    (folder / "polyfit.yaml").write_text(text)
-    return folder / "polyfit.yaml"
+    return polyfit_in(tmp_path / layout, layout)
 
 
 def towers(tmp_path: Path, layout: str) -> Path:
@@ -250,6 +242,31 @@ def test_orchestrate_worker_starts_one_process_per_task_and_the_loop_runs_on_the
                         output_dir=str(tmp_path / "embedded-out"))
     for name, value in embedded.values.items():
         np.testing.assert_array_equal(np.asarray(remote.values[name]), np.asarray(value), err_msg=name)
+
+
+def test_a_second_task_of_a_local_host_spec_is_refused_with_the_way_to_a_process_per_task(tmp_path: Path) -> None:
+    """The example as written (``processes: host``, ``scheduler: local``) names one process for every task of a
+    machine: ``orchestrate worker`` for its second task cannot start that name again, and says what to set."""
+    from test_remote import start_scheduler, start_task, stop_all, wait_started
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    scheduler, address = start_scheduler(logs)
+    procs = [scheduler]
+    try:
+        spec = polyfit(tmp_path, "host")
+        procs.append(start_task(spec, "ps", 0, address, logs))
+        assert len(wait_started(procs[-1], 1)) == 1
+        second = start_task(spec, "worker", 0, address, logs, "--timeout", "2")
+        procs.append(second)
+        assert second.popen.wait(timeout=60) == 1
+        said = [line for line in (second.stdout() + second.stderr()).splitlines() if line.startswith("error")]
+        assert len(said) == 1, second.stdout() + second.stderr()
+        assert "already has workers named /host:local" in said[0]
+        assert "every such task is the one process /host:local of one machine" in said[0]
+        assert "set the spec's cluster.scheduler to the scheduler's address" in said[0]
+    finally:
+        stop_all(procs[1:] + procs[:1])
 
 
 def test_dask_commands_print_one_worker_for_a_host_task(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from lost_link import POLYFIT, TWO_HOSTS, lose_link_mid_run  # noqa: E402
+from lost_link import TWO_HOSTS, lose_link_mid_run, polyfit_spec  # noqa: E402
 from netns import ADDRESSES, Cluster, Hosts, run_client, unavailable  # noqa: E402
 
 WHY_NOT = unavailable()
@@ -39,12 +39,13 @@ def hosts() -> Iterator[Hosts]:
 
 @needs_namespaces
 def test_a_loop_runs_across_two_hosts(hosts: Hosts, tmp_path: Path) -> None:
-    """polyfit with its GPUs on host B: the windows' values cross the veth over the direct links."""
-    with Cluster(hosts, POLYFIT, TWO_HOSTS, str(tmp_path)) as cluster:
+    """polyfit (a process per device) with its GPUs on host B: the windows' values cross the veth over the
+    direct links."""
+    with Cluster(hosts, polyfit_spec(), TWO_HOSTS, str(tmp_path)) as cluster:
         worker_log = (tmp_path / "worker0.log").read_text()
         assert f"device:GPU:0 at tcp://{ADDRESSES[1]}:" in worker_log, worker_log
         report = tmp_path / "run.json"
-        _, code, out = run_client(hosts, ["run", POLYFIT, "--scheduler", cluster.address, "--set", "steps=300",
+        _, code, out = run_client(hosts, ["run", polyfit_spec(), "--scheduler", cluster.address, "--set", "steps=300",
                                           "--report", str(report), "--output-dir", str(tmp_path / "out")], 120)
         assert code == 0, out
     data = json.loads(report.read_text())

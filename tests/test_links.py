@@ -288,11 +288,14 @@ POLYFIT = Path(__file__).resolve().parent.parent / "examples" / "polyfit.yaml"
 
 
 @pytest.mark.cluster
-def test_a_gang_loop_sends_over_links_and_its_report_pictures_a_step() -> None:
-    """polyfit's windows: values over direct links, and the step picture of its sampled steps."""
+def test_a_gang_loop_sends_over_links_and_its_report_pictures_a_step(tmp_path: Path) -> None:
+    """polyfit's windows with a worker process per device: values over direct links, and the step picture of
+    its sampled steps."""
     from orchestrator import run_file
 
-    result = run_file(POLYFIT, echo=lambda _: None, params={"steps": 400, "window": 100}, write_outputs=False)
+    from spec_helpers import polyfit_in
+
+    result = run_file(polyfit_in(tmp_path, "device"), echo=lambda _: None, params={"steps": 400, "window": 100}, write_outputs=False)
     report = result.report
     assert report["transport"] == "links"
     picture = report["loop_steps"]["train"]

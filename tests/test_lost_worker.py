@@ -30,6 +30,7 @@ from typing import Iterator
 
 import numpy as np
 import pytest
+from spec_helpers import polyfit_in
 from waiting import gone
 
 pytestmark = [pytest.mark.cluster, pytest.mark.faults, pytest.mark.recovery]
@@ -268,7 +269,7 @@ def test_a_worker_killed_while_the_client_reads_the_window_before_ends_the_run(t
 @pytest.mark.parametrize("device", [GPU0, GPU1])
 def test_a_worker_of_polyfit_killed_mid_loop_ends_the_run_in_one_line(tmp_path: Path, busy: None,
                                                                        device: str) -> None:
-    spec = copy_example("polyfit.yaml", "polyfit_fns.py", tmp_path)
+    spec = polyfit_in(tmp_path, "device")  # a worker process per device: the one killed is that device's alone
     out = tmp_path / "out"
     run = LiveRun([str(spec), "--set", "steps=1000000", "--output-dir", str(out)], tmp_path)
     pid = run.worker_pid(device)

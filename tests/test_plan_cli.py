@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from spec_helpers import write
+from spec_helpers import polyfit_in, write
 
 from orchestrator.cli import run_cli
 
@@ -205,8 +205,23 @@ def test_plan_says_how_many_tasks_run_and_how_loops_run() -> None:
     assert "tasks: 4 device partitions for 8 ops outside loops (one Dask task each; run --granularity op for one " \
            "per op)" in text
     code, text = plan(str(ROOT / "examples" / "polyfit.yaml"))
-    assert "loop 'train': gang: one task per device per window of 100 steps (3 devices), values sent worker to " \
-           "worker" in text
+    assert "loop 'train': gang: one task per window of 100 steps (3 devices in one worker process), values handed " \
+           "over within it" in text
+
+
+@pytest.mark.parametrize("ps, worker, said", [
+    ("device", "device", "one task per device per window of 100 steps (3 devices), values sent worker to worker"),
+    ("device", "host", "one task per worker process per window of 100 steps (3 devices in 2 processes), values "
+                       "handed over within a process and sent worker to worker between them"),
+])
+def test_plan_says_how_a_loops_devices_share_processes(tmp_path: Path, ps: str, worker: str, said: str) -> None:
+    spec = polyfit_in(tmp_path, "host")
+    text = spec.read_text(encoding="utf-8")
+    text = text.replace("ps: {tasks: 1, processes: host}", f"ps: {{tasks: 1, processes: {ps}}}")
+    text = text.replace("64MiB}, processes: host}", f"64MiB}}, processes: {worker}}}")
+    spec.write_text(text, encoding="utf-8")
+    code, printed = plan(str(spec))
+    assert code == 0 and f"loop 'train': gang: {said}" in printed
 
 
 def test_json_lists_the_partitions_and_loop_modes() -> None:

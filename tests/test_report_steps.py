@@ -1,6 +1,7 @@
 """A gang loop's step picture, from a real run: `orchestrate run` prints its line, `orchestrate report` draws it.
 
-examples/polyfit.yaml (a ps task and two simulated GPUs, 300 steps in windows of 100)
+examples/polyfit.yaml (a ps task and two simulated GPUs, 300 steps in windows of 100), each device in
+a worker process of its own (``processes: device``: its values go over the links),
 runs once through the CLI on an embedded Dask cluster; its printed summary and its
 run report are checked against each other, and the report's page is read back
 from the bokeh document inside it (see test_report_html).
@@ -12,26 +13,23 @@ import html
 import io
 import json
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from spec_helpers import polyfit_in
 from test_report_html import drawn
 
 from orchestrator.cli import run_cli
 from orchestrator.report.html import micro, short_device
 
-POLYFIT = Path(__file__).resolve().parent.parent / "examples" / "polyfit.yaml"
 KINDS = {"op", "wait", "send", "transit", "overhead"}
 
 
 @pytest.fixture(scope="module")
 def polyfit_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     """What `orchestrate run` printed for a short polyfit, and its run report file."""
-    where = tmp_path_factory.mktemp("polyfit")
-    shutil.copy(POLYFIT, where / "polyfit.yaml")
-    shutil.copy(POLYFIT.parent / "polyfit_fns.py", where / "polyfit_fns.py")
+    where = polyfit_in(tmp_path_factory.mktemp("polyfit"), "device").parent  # a process per device: over links
     out = io.StringIO()
     code = run_cli(["run", str(where / "polyfit.yaml"), "--set", "steps=300", "--set", "window=100",
                     "--no-progress", "--output-dir", str(where), "--report", str(where / "run.json")], out=out)

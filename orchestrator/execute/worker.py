@@ -264,11 +264,23 @@ async def _check_scheduler(selected: TaskWorkers, scheduler: str, connection_arg
             return ""
         if time.monotonic() > deadline:
             return (f"the scheduler at {scheduler} already has workers named {', '.join(taken)}: is "
-                    f"{selected.task_name} already running elsewhere? (waited {timeout:g} s for them to leave)")
+                    f"{selected.task_name} already running elsewhere? (waited {timeout:g} s for them to leave)"
+                    + _shared_name_hint(selected, names))
         if not said:
             echo(f"waiting up to {timeout:g} s for the scheduler to release {', '.join(taken)}")
             said = True
         await asyncio.sleep(0.5)
+
+
+def _shared_name_hint(selected: TaskWorkers, names: set[str]) -> str:
+    """Why two tasks may want one worker name: ``processes: host`` with ``scheduler: local`` is one process for
+    every such task of the machine (the embedded cluster's), which two ``orchestrate worker`` cannot share."""
+    shared = names - {d.name for d in selected.devices} - {selected.task_name}  # neither a device's nor the task's
+    if not shared:
+        return ""
+    return (f"; with processes: host and cluster.scheduler: local, every such task is the one process "
+            f"{', '.join(sorted(shared))} of one machine: for a process per task on a cluster of your own, set the "
+            "spec's cluster.scheduler to the scheduler's address (docs/clusters.md)")
 
 
 async def _start(selected: TaskWorkers, scheduler: str, host: str | None, security: Any, timeout: float,

@@ -128,9 +128,23 @@ def loop_mode(plan: Plan, loop: Loop, granularity: str) -> tuple[str, str]:
     if granularity == IN_PROCESS:  # --sync: no workers to hold windows side by side
         return "partition", ("a task per device partition per step, in this process (--sync): the steps run one "
                              "after another, no windows side by side")
-    devices = len({plan.placement(n).device for n in loop.body})
-    return "gang", (f"one task per device per window of {loop.window} steps ({devices} device"
-                    f"{'s' if devices != 1 else ''}), values sent worker to worker")
+    return "gang", _gang_why(plan, loop)
+
+
+def _gang_why(plan: Plan, loop: Loop) -> str:
+    """A gang loop's windows in words: a task per device, or per worker process where devices share one
+    (``processes: host``), and how values go between them."""
+    devices = {plan.placement(n).device_name for n in loop.body}
+    cluster = plan.spec.cluster
+    processes = {cluster.worker_name(d) for d in map(cluster.device, devices) if d is not None}
+    count = f"{len(devices)} device{'s' if len(devices) != 1 else ''}"
+    if len(processes) == len(devices):
+        return f"one task per device per window of {loop.window} steps ({count}), values sent worker to worker"
+    if len(processes) == 1:
+        return (f"one task per window of {loop.window} steps ({count} in one worker process), values handed over "
+                "within it")
+    return (f"one task per worker process per window of {loop.window} steps ({count} in {len(processes)} "
+            "processes), values handed over within a process and sent worker to worker between them")
 
 
 _NONE: frozenset[str] = frozenset()
