@@ -116,3 +116,32 @@ def test_the_page_draws_the_critical_path_and_each_devices_step(polyfit_run: tup
     # the header says how values went
     assert "<th>loop transport</th><td>Values went between device workers over direct links" in page
     assert report["loops"]["train"]["mode"].startswith("gang")
+
+
+@pytest.mark.cluster
+def test_one_thread_running_every_device_is_one_chain_and_each_device_sees_the_others_time(tmp_path: Path) -> None:
+    """The example as written (``processes: host``): one thread runs the ten ops of a step, so the critical path
+    is all of them, one after another, whoever's they are; each device's step shows the time its thread ran
+    the other devices (without it, their ops read as this device's overhead, and the path as the ps's alone)."""
+    spec = polyfit_in(tmp_path / "spec")
+    report_file = tmp_path / "run.json"
+    out = io.StringIO()
+    assert run_cli(["run", str(spec), "--set", "steps=300", "--set", "window=100", "--no-progress",
+                    "--output-dir", str(tmp_path), "--report", str(report_file)], out=out) == 0, out.getvalue()
+    report = json.loads(report_file.read_text())
+    assert report["transport"] == "in-process"
+    picture = report["loop_steps"]["train"]
+    path = picture["critical_path"]
+    ops = [(seg["device"], seg["name"]) for seg in path["segments"] if seg["kind"] == "op"]
+    body = {entry["name"]: entry["worker"] for entry in report["ops"]
+            if entry["name"].startswith("train/") and entry["worker"] is not None}  # (not the states' names)
+    assert sorted(ops) == sorted((device, name) for name, device in body.items())  # every op of the step, on its device
+    assert len(ops) == 10 and len({device for device, _ in ops}) == 3
+    assert ops[-1][1] == "train/step"  # Adam ends the step
+    assert path["seconds"] == pytest.approx(sum(seg["seconds"] for seg in path["segments"]))
+    for device, split in picture["devices"].items():
+        assert 0 < split["other_devices"] < split["step"], device
+        assert split["overhead"] < split["other_devices"] + sum(split["compute"].values()), device
+    assert run_cli(["report", str(report_file), "--html", str(tmp_path / "run.html")], out=io.StringIO()) == 0
+    strings = drawn((tmp_path / "run.html").read_text(encoding="utf-8"))
+    assert "other devices" in strings

@@ -6,15 +6,19 @@ from another device, each send, with wall-clock times. This module turns
 the drained timelines into the run report's ``loop_steps``:
 
 * per device, the medians over the samples of the later step's time split
-  into compute per op, waiting for values, sending (serialize + write) and
-  the rest (the runtime's own Python between them: ``overhead``);
+  into compute per op, waiting for values, sending (serialize + write),
+  ``other_devices`` (devices of one process, ``processes: host``: the time
+  their one thread ran the others' ops, waits and sends) and the rest (the
+  runtime's own Python between them: ``overhead``);
 * one step's critical path (the sample of median length): walked back from
   the last event of the step; a wait that began before its value was
   written jumps to the sender's send of it (the gap between is ``transit``:
   the link and the receiver waking up; 0 where the receiver had the value
   before the writer's call returned), any other event goes to the
-  previous one on its device (the gap is ``overhead``). The walk stops at
-  the previous step: the path is one period of the loop.
+  previous one on its device, or on its thread where one thread ran
+  several devices (each op waited for the one before it, whoever's it
+  was; the gap is ``overhead``). The walk stops at the previous step: the
+  path is one period of the loop.
 
 Times of different devices are compared directly: right on one host,
 skewed by the hosts' clock difference across hosts (the page warns of it).
@@ -33,7 +37,8 @@ from .records import Curve
 Event = tuple[str, str, float, float]  # kind, name, start, stop
 
 
-def _breakdown(timeline: Mapping[str, Any]) -> dict[str, Any]:
+def _breakdown(timeline: Mapping[str, Any], siblings: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """One device's step; ``siblings``: the same step of the other devices its thread ran."""
     compute: dict[str, float] = {}
     waits = sends = 0.0
     for kind, name, start, stop in timeline["events"]:
@@ -44,8 +49,10 @@ def _breakdown(timeline: Mapping[str, Any]) -> dict[str, Any]:
         else:
             sends += stop - start
     span = timeline["end"] - timeline["begin"]
-    return {"step": span, "compute": compute, "wait": waits, "send": sends,
-            "overhead": max(0.0, span - sum(compute.values()) - waits - sends)}
+    others = sum(stop - start for sibling in siblings for _, _, start, stop in sibling["events"])
+    out = {"step": span, "compute": compute, "wait": waits, "send": sends,
+           "overhead": max(0.0, span - sum(compute.values()) - waits - sends - others)}
+    return {**out, "other_devices": others} if timeline.get("thread") else out
 
 
 def _median_breakdown(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -54,7 +61,9 @@ def _median_breakdown(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "compute": {op: statistics.median(p["compute"].get(op, 0.0) for p in parts) for op in ops},
             "wait": statistics.median(p["wait"] for p in parts),
             "send": statistics.median(p["send"] for p in parts),
-            "overhead": statistics.median(p["overhead"] for p in parts)}
+            "overhead": statistics.median(p["overhead"] for p in parts),
+            **({"other_devices": statistics.median(p["other_devices"] for p in parts)}
+               if all("other_devices" in p for p in parts) else {})}
 
 
 def _sent_refs(name: str) -> tuple[set[str], str]:
@@ -65,6 +74,7 @@ def _sent_refs(name: str) -> tuple[set[str], str]:
 def critical_path(timelines: Mapping[tuple[str, int], Mapping[str, Any]], step: int) -> list[dict[str, Any]]:
     """Segments (device, kind, name, seconds) of ``step``'s critical path, in time order."""
     events = {key: sorted(t["events"], key=lambda e: e[2]) for key, t in timelines.items()}
+    thread = {key[0]: t.get("thread") or key[0] for key, t in timelines.items()}  # one thread, one chain
     mine = [(key, e) for key, evs in events.items() if key[1] == step for e in evs]
     if not mine:
         return []
@@ -82,7 +92,7 @@ def critical_path(timelines: Mapping[tuple[str, int], Mapping[str, Any]], step: 
                 break
             continue
         path.append({"device": device, "kind": kind, "name": name, "seconds": stop - start})
-        earlier = [(k, e) for k, evs in events.items() if k[0] == device and k[1] in (at, at - 1)
+        earlier = [(k, e) for k, evs in events.items() if thread[k[0]] == thread[device] and k[1] in (at, at - 1)
                    for e in evs if e[3] <= start + 1e-9 and e is not event]
         if not earlier:
             break
@@ -121,7 +131,8 @@ def _picture(timelines: Mapping[tuple[str, int], Mapping[str, Any]]) -> dict[str
     steps = sorted({step for _, step in timelines})
     pictured = [s for s in steps if s - 1 in steps]  # the later of each recorded pair
     devices = sorted({device for device, _ in timelines})
-    per_device = {d: _median_breakdown([_breakdown(timelines[(d, s)]) for s in pictured if (d, s) in timelines])
+    per_device = {d: _median_breakdown([_breakdown(timelines[(d, s)], _siblings(timelines, d, s))
+                                        for s in pictured if (d, s) in timelines])
                   for d in devices if any((d, s) in timelines for s in pictured)}
     paths = {s: critical_path({k: t for k, t in timelines.items() if k[1] in (s - 1, s)}, s) for s in pictured}
     lengths = {s: sum(seg["seconds"] for seg in path) for s, path in paths.items() if path}
@@ -129,6 +140,13 @@ def _picture(timelines: Mapping[tuple[str, int], Mapping[str, Any]]) -> dict[str
     return {"sampled_steps": pictured, "devices": per_device,
             "critical_path": {"step": median_step, "seconds": lengths[median_step] if median_step is not None else 0.0,
                               "segments": paths.get(median_step, []) if median_step is not None else []}}
+
+
+def _siblings(timelines: Mapping[tuple[str, int], Mapping[str, Any]], device: str,
+              step: int) -> list[Mapping[str, Any]]:
+    """``step`` of the other devices run by ``device``'s thread (``processes: host``), if one ran several."""
+    thread = timelines[(device, step)].get("thread")
+    return [t for (d, s), t in timelines.items() if thread and s == step and d != device and t.get("thread") == thread]
 
 
 def loop_spans(drained: Mapping[str, Any], loop: str, curves: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

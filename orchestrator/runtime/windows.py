@@ -132,8 +132,9 @@ def _interleave(windows: list[_Window]) -> None:
         for out in outs:
             out.flush()
 
+    thread = "+".join(window.task.device for window in windows)  # the step picture's: who shared the thread
     for window in windows:
-        window.flush_all = flush_all
+        window.flush_all, window.thread = flush_all, thread
     flush_all()  # the states each owner passes on at the window's start
     program = [(window, j) for _, _, window, j in
                sorted((position, k, window, j) for k, window in enumerate(windows)
@@ -180,6 +181,7 @@ class _Window:
         # the step running now (begin .. end)
         self.step, self.first, self.more = task.start, True, True
         self.timeline: Timeline | None = None
+        self.thread = ""  # the devices this thread runs, when more than this one
         self.received: dict[int, Any] = {}
         self.here: list[Any] = []
         self.env: list[Any] = []
@@ -193,7 +195,7 @@ class _Window:
     def begin(self, step: int) -> None:
         task = self.task
         self.step, self.first, self.more = step, step == task.start, step < self.last  # more: a step follows
-        self.timeline = self.out.timeline = (Timeline(step) if task.sample is not None
+        self.timeline = self.out.timeline = (Timeline(step, self.thread) if task.sample is not None
                                              and 0 <= step - task.sample <= 1 else None)
         self.received = {}
         here = self.here = list(self.state)
@@ -263,17 +265,19 @@ def _end_step(task: WindowTask, env: list[Any], series: list[list[Any]], out: _O
 
 
 class Timeline:
-    """What one device did during one sampled step: ops, waits for values, sends, with wall-clock times."""
+    """What one device did during one sampled step: ops, waits for values, sends, with wall-clock times; and
+    ``thread``, the devices whose ops one thread ran with its own (``processes: host``), or ""."""
 
-    def __init__(self, step: int):
-        self.step, self.begin = step, time.time()
+    def __init__(self, step: int, thread: str = ""):
+        self.step, self.begin, self.thread = step, time.time(), thread
         self.events: list[tuple[str, str, float, float]] = []
 
     def add(self, kind: str, name: str, start: float, stop: float) -> None:
         self.events.append((kind, name, start, stop))
 
     def finish(self) -> dict[str, Any]:
-        return {"step": self.step, "begin": self.begin, "end": time.time(), "events": self.events}
+        out = {"step": self.step, "begin": self.begin, "end": time.time(), "events": self.events}
+        return {**out, "thread": self.thread} if self.thread else out
 
 
 def _first_states(task: WindowTask, outer: list[Any], out: _Outgoing) -> list[Any]:

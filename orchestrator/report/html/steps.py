@@ -21,7 +21,7 @@ from .words import short_device
 
 # Okabe-Ito, as the timeline: compute green, values in transit blue, sending orange, waiting grey.
 STEP_COLOURS = {"op": "#009e73", "transit": "#56b4e9", "wait": "#bbbbbb", "send": "#e69f00",
-                "overhead": "#cc79a7"}
+                "overhead": "#cc79a7", "other devices": "#f0e442"}
 COMPUTE_SHADES = ("#009e73", "#7fcdb0")  # a device's ops alternate, so that neighbours stay apart
 OTHER_COLOUR = "#777777"  # a segment kind this page does not know (a newer report)
 STEP_ROW_PX = 34
@@ -55,6 +55,7 @@ SEGMENT_MEANS = {
     "wait": "waiting for a value already on its way",
     "send": "serializing and writing a value to another device",
     "overhead": "the runtime's own Python between two events of a device",
+    "other devices": "its thread running the ops of the other devices of its process (processes: host)",
 }
 
 
@@ -147,6 +148,9 @@ def _split_parts(d: StepSplitView) -> list[tuple[str, str, str, str, float]]:
               ("send", "send", "sending (serialize + write)", STEP_COLOURS["send"], d.send),
               ("overhead", "overhead", "overhead (the runtime's Python between)", STEP_COLOURS["overhead"],
                d.overhead)]
+    if d.other_devices:  # one thread ran this device and others (processes: host)
+        parts.insert(len(d.compute), ("other devices", "other devices", SEGMENT_MEANS["other devices"],
+                                      STEP_COLOURS["other devices"], d.other_devices))
     return parts
 
 

@@ -88,6 +88,7 @@ class StepSplitView:
     wait: float
     send: float
     overhead: float
+    other_devices: float = 0.0  # its thread running the other devices of its process (processes: host)
 
 
 @dataclass(frozen=True)
@@ -388,7 +389,8 @@ def _split(device: str, f: _Fields) -> StepSplitView:
     return StepSplitView(device=device, step=f.number("step") or 0.0,
                          compute=tuple((op, compute.number(op) or 0.0) for op in compute.data),
                          wait=f.number("wait") or 0.0, send=f.number("send") or 0.0,
-                         overhead=f.number("overhead") or 0.0)
+                         overhead=f.number("overhead") or 0.0,
+                         other_devices=f.number("other_devices", optional=True) or 0.0)
 
 
 def _segment(f: _Fields) -> SegmentView:
