@@ -7,6 +7,8 @@ by reference; docs/clusters.md). The same spec is run in both layouts, alternati
 * **loop of small steps**: the polyfit example (``examples/polyfit.yaml``, 2000 steps, ten ops of tens of
   microseconds a step): ``orchestrate run`` in a fresh process (B6's orchestrate side); the figure is the
   loop (the report's compute phase), the whole process beside it;
+* **loop of heavy steps**: a loop of 40 steps whose two towers each draw a [700, 700] matrix and square it
+  on their simulated GPU (about 20 ms of NumPy a tower), summed on the CPU; the figure is the loop, as above;
 * **towers**: B4's two compute-bound towers ([2400, 2000] @ [2000, 2000] each) on two simulated GPUs of one
   task, on an embedded cluster started per block (B4's ``Config``); the figure is the compute span, from
   the first op's start to the last op's end, medians of 3 runs a block;
@@ -23,9 +25,12 @@ Ratios are ``host`` ÷ ``device`` (below 1: ``host`` is faster). Medians of the 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,6 +52,63 @@ def polyfit(layout: str) -> dict[str, float]:
     w = np.array(result["w"])
     assert np.all(np.abs(w - bench_polyfit.TARGET) <= bench_polyfit.TOLERANCE), f"w = {w}, not near [5, 0, 3]"
     return {"figure_s": float(result["loop_s"]), "whole_s": float(result["whole_s"])}
+
+
+HEAVY = """\
+version: 1
+name: heavy-steps
+cluster:
+  jobs:
+    localhost: {{gpus: 2, processes: {layout}}}
+graph:
+  - {{name: t0, op: variable, value: 0.0}}
+  - name: train
+    iterate:
+      steps: 40
+      window: 10
+      state: {{t: t0}}
+      body:
+        - name: towers
+          replicate:
+            devices: [/gpu:0, /gpu:1]
+            body:
+              - {{name: x, op: random.uniform, shape: [700, 700], seed: 1}}
+              - {{name: y, op: matmul, inputs: [x, x]}}
+              - {{name: s, op: sum, inputs: [y]}}
+            combine: {{s: add_n}}
+            combine_device: /cpu:0
+        - {{name: t1, op: add, inputs: [t, towers.s], device: /cpu:0}}
+      update: {{t: t1}}
+outputs:
+  train.t: t.npy
+"""
+
+
+class HeavySteps:
+    """The loop of heavy steps, a spec per layout (written once); each run checks the sum against NumPy's."""
+
+    def __init__(self) -> None:
+        base = Path(tempfile.mkdtemp(prefix="bench-layouts-heavy-"))
+        self.specs = {layout: base / f"heavy-{layout}.yaml" for layout in LAYOUTS}
+        for layout, path in self.specs.items():
+            path.write_text(HEAVY.format(layout=layout), encoding="utf-8")
+        self.expected = 0.0
+        for step in range(40):
+            for tower in range(2):  # as the random.uniform kernel draws: seed, the tower's copy, the step
+                x = np.random.default_rng([1, tower, step]).uniform(0.0, 1.0, (700, 700))
+                self.expected += float((x @ x).sum())
+
+    def __call__(self, layout: str) -> dict[str, float]:
+        report = self.specs[layout].with_suffix(".json")
+        started = time.perf_counter()
+        subprocess.run([*bench_search.orchestrate_command(), "run", str(self.specs[layout]), "--no-progress",
+                        "--report", str(report), "--output-dir", str(report.parent)], check=True,
+                       stdout=subprocess.DEVNULL)
+        whole = time.perf_counter() - started
+        data = json.loads(report.read_text(encoding="utf-8"))
+        got = float(np.load(report.parent / "t.npy"))
+        assert abs(got - self.expected) <= 1e-9 * abs(self.expected), (got, self.expected)
+        return {"figure_s": float(data["phases_seconds"]["compute"]), "whole_s": whole}
 
 
 def towers(layout: str) -> dict[str, float]:
@@ -103,6 +165,7 @@ def main() -> int:
     rounds = args.rounds or (1 if args.quick else 3)
     works: dict[str, tuple[str, Callable[[str], dict[str, float]]]] = {
         "loop": ("polyfit loop, 2000 steps (loop s)", polyfit),
+        "heavy": ("loop of heavy steps, 40 steps (loop s)", HeavySteps()),
         "towers": ("B4 towers on 2 GPUs (compute span s)", towers),
         "search": ("B9 latency-bound search packed 8 a GPU (run s)", Search()),
     }
