@@ -10,6 +10,7 @@ and Ctrl-C leaving no process behind. That the devices really share a process is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
@@ -215,16 +217,28 @@ def test_one_process_drives_each_gpu_as_its_own_cupy_device(tmp_path: Path, layo
     assert (a, b) == (([0.0, 2.0], [1.0, 2.0]) if layout == "host" else ([0.0, 2.0], [0.0, 2.0]))
 
 
-def test_orchestrate_worker_starts_one_process_per_task_and_the_loop_runs_on_them(tmp_path: Path) -> None:
-    """On a cluster of one's own, ``processes: host`` is a process per task (named by it), as TF's workers: the
-    polyfit loop runs across the two tasks' processes over links, its GPUs' values handed over by reference."""
-    from test_remote import scheduler_workers, start_scheduler, start_task, stop_all, wait_started
+@contextlib.contextmanager
+def own_scheduler(tmp_path: Path) -> Iterator[tuple[str, Path, list[Any]]]:
+    """A ``dask scheduler`` on loopback: its address, the logs' folder, and the processes started beside it (the
+    caller adds its own), all stopped afterwards."""
+    from test_remote import start_scheduler, stop_all
 
     logs = tmp_path / "logs"
     logs.mkdir()
     scheduler, address = start_scheduler(logs)
     procs = [scheduler]
     try:
+        yield address, logs, procs
+    finally:
+        stop_all(procs[1:] + procs[:1])
+
+
+def test_orchestrate_worker_starts_one_process_per_task_and_the_loop_runs_on_them(tmp_path: Path) -> None:
+    """On a cluster of one's own, ``processes: host`` is a process per task (named by it), as TF's workers: the
+    polyfit loop runs across the two tasks' processes over links, its GPUs' values handed over by reference."""
+    from test_remote import scheduler_workers, start_task, wait_started
+
+    with own_scheduler(tmp_path) as (address, logs, procs):
         spec = polyfit(tmp_path, "host")
         spec.write_text(spec.read_text().replace("cluster:\n", f"cluster:\n  scheduler: {address}\n", 1))
         for job in ("ps", "worker"):
@@ -236,8 +250,6 @@ def test_orchestrate_worker_starts_one_process_per_task_and_the_loop_runs_on_the
         ran = {entry["name"]: entry["worker"] for entry in remote.report["ops"] if entry["worker"] is not None}
         planned = {p.op: p.device_name for p in plan_file(spec, params=params).placements}
         assert ran and all(planned[name] == device for name, device in ran.items())
-    finally:
-        stop_all(procs[1:] + procs[:1])
     embedded = run_file(polyfit(tmp_path / "embedded", "device"), params=params, echo=quiet,
                         output_dir=str(tmp_path / "embedded-out"))
     for name, value in embedded.values.items():
@@ -247,13 +259,9 @@ def test_orchestrate_worker_starts_one_process_per_task_and_the_loop_runs_on_the
 def test_a_second_task_of_a_local_host_spec_is_refused_with_the_way_to_a_process_per_task(tmp_path: Path) -> None:
     """The example as written (``processes: host``, ``scheduler: local``) names one process for every task of a
     machine: ``orchestrate worker`` for its second task cannot start that name again, and says what to set."""
-    from test_remote import start_scheduler, start_task, stop_all, wait_started
+    from test_remote import start_task, wait_started
 
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    scheduler, address = start_scheduler(logs)
-    procs = [scheduler]
-    try:
+    with own_scheduler(tmp_path) as (address, logs, procs):
         spec = polyfit(tmp_path, "host")
         procs.append(start_task(spec, "ps", 0, address, logs))
         assert len(wait_started(procs[-1], 1)) == 1
@@ -265,8 +273,6 @@ def test_a_second_task_of_a_local_host_spec_is_refused_with_the_way_to_a_process
         assert "already has workers named /host:local" in said[0]
         assert "every such task is the one process /host:local of one machine" in said[0]
         assert "set the spec's cluster.scheduler to the scheduler's address" in said[0]
-    finally:
-        stop_all(procs[1:] + procs[:1])
 
 
 def test_dask_commands_print_one_worker_for_a_host_task(tmp_path: Path) -> None:
