@@ -41,6 +41,8 @@ def polyfit_spec() -> str:
     from bench_polyfit import with_layout
 
     return with_layout(EXAMPLE, tempfile.mkdtemp(prefix="polyfit-device-"), "device")
+
+
 TWO_HOSTS = {("ps", 0): 0, ("worker", 0): 1}  # the ps task with the scheduler; the GPUs across the link
 LIVE_METRICS = os.path.join("results", ".polyfit_loss.csv.running")  # the loop's rows so far, a window at a time
 GOAL_SECONDS = 10.0
