@@ -1,31 +1,25 @@
 """Lost device workers: seen in Dask's own events, and what the run does about each.
 
-Policy. A device worker is lost when the scheduler removes it: its process
-died or was killed, or its machine or network went away. The scheduler says
-so itself, in the ``remove-worker`` event of its ``all`` topic, with the
-tasks the worker held (``processing-tasks``) and the finished values that
-lived only there (``lost-computed-tasks``). The run subscribes to it
-(:class:`LossWatch`): the loss reaches the client on the stream that brings
-its tasks' results, in order, never from a timeout or a guess. The events
-name workers by address; each device worker says which device it stands
-for when it joins (``runtime.DEVICE_TOPIC``, sent by the device runtime's
-plugin: a restarted worker too), and each op of a sweep's copy says when it
-starts (``runtime.COPY_TOPIC``), so that the run knows which copies a lost
+Policy. A device worker is lost when the scheduler removes it: its process died or was killed, or its
+machine or network went away. The scheduler says so itself, in the ``remove-worker`` event of its ``all``
+topic, with the tasks the worker held (``processing-tasks``) and the finished values that lived only
+there (``lost-computed-tasks``). The run subscribes to it (:class:`LossWatch`): the loss reaches the
+client on the stream that brings its tasks' results, in order, never from a timeout or a guess. The
+events name workers by address; each device worker says which device it stands for when it joins
+(``runtime.DEVICE_TOPIC``, sent by the device runtime's plugin: a restarted worker too), and each op of a
+sweep's copy says when it starts (``runtime.COPY_TOPIC``), so that the run knows which copies a lost
 worker was running and which it only held, waiting for a slot.
 
-Why the run must decide, not Dask: Dask computes a lost value again on the
-restarted worker, whatever it is, and reruns the tasks the worker held up
-to ``allowed-failures`` times. For a gang window that is a hang: run again
-alone, it waits for values its peers sent long ago. That was the hang on a
-busy machine: the client was still reading window k when window k+1's
-worker was killed; window k's result, lost with the worker, was being
-computed again from the loop's first window, and the error of window k+1
-sat on a future nobody waited for yet. On a quiet machine the client was
-already waiting for window k+1 and saw its error at once: timing luck.
+Why the run must decide, not Dask: Dask computes a lost value again on the restarted worker, whatever
+it is, and reruns the tasks the worker held up to ``allowed-failures`` times. For a gang window that is a
+hang: run again alone, it waits for values its peers sent long ago. That was the hang on a busy machine:
+the client was still reading window k when window k+1's worker was killed; window k's result, lost with
+the worker, was being computed again from the loop's first window, and the error of window k+1 sat on a
+future nobody waited for yet. On a quiet machine the client was already waiting for window k+1 and saw
+its error at once: timing luck.
 
-So each loss is decided once, on the driver's thread, the next time it
-waits (``execute.waiting``; the watch rings the bell it waits on), by
-:meth:`Losses.decide`, whose answer is one of:
+So each loss is decided once, on the driver's thread, the next time it waits (``execute.waiting``; the
+watch rings the bell it waits on), by :meth:`Losses.decide`, whose answer is one of:
 
 * ``fail`` — without retries: the run ends with one line naming the device
   and what it was running (the op, the loop's steps), and aborts on the
@@ -40,15 +34,13 @@ waits (``execute.waiting``; the watch rings the bell it waits on), by
   Dask runs their tasks again), the copies it held waiting run again, and
   the search goes on.
 
-The spec's ``run.on_device_lost: wait`` asks for ``redo`` without retries
-on the ops (Dask may run a lost worker's tasks again up to
-:data:`WAIT_LOSSES` times); ``fail``, the default, leaves it to
-``retries``; ``replan`` is ``wait`` for ``run.replan_after`` (``execute.replanning``).
+The spec's ``run.on_device_lost: wait`` asks for ``redo`` without retries on the ops (Dask may run a lost
+worker's tasks again up to :data:`WAIT_LOSSES` times); ``fail``, the default, leaves it to ``retries``;
+``replan`` is ``wait`` for ``run.replan_after`` (``execute.replanning``).
 
-State: the watch keeps the address book, the copies' ops that started, and
-the removals not yet decided; :class:`Losses` keeps the losses decided (the
-run report's ``losses``), the copies' ops marked failed, and which losses
-are still to be told once their work is redone.
+State: the watch keeps the address book, the copies' ops that started, and the removals not yet decided;
+:class:`Losses` keeps the losses decided (the run report's ``losses``), the copies' ops marked failed, and
+which losses are still to be told once their work is redone.
 """
 
 from __future__ import annotations
@@ -70,6 +62,7 @@ from .records import DeviceLoss
 DASK_TOPIC = "all"  # the scheduler's events about its workers (added, removed, and what a removal cost)
 WAIT_LOSSES = 3  # run.on_device_lost: wait: how many times Dask may run a lost worker's task again
 TRAIL_SECONDS = 10.0  # a task's KilledWorker comes just before its worker's removal event, on the same stream
+JOIN_TRAIL = 2.0  # a restarted worker's word that it is back may come after the work it redid (another stream)
 
 
 class Bell:
@@ -320,7 +313,12 @@ class Losses:
 
     def tell(self, final: bool = False) -> None:
         """After a wait that ended well: in one line each, the losses whose device's worker is back (its work
-        was redone before what the wait was for); ``final``: the run's work is done, every loss is told."""
+        was redone before what the wait was for); ``final``: the run's work is done, every loss is told, once
+        the restarted workers have said they are back (their word trails their first tasks: JOIN_TRAIL s)."""
+        deadline = time.monotonic() + (JOIN_TRAIL if final else 0.0)
+        while time.monotonic() < deadline and any(self.watch.joins.get(lost.device, 0) <= joins
+                                                  for lost, joins in self.untold):
+            self.watch.bell.wait(self.watch.bell.rings, 0.05)
         kept = []
         for loss, joins in self.untold:
             back = self.watch.joins.get(loss.device, 0) > joins
