@@ -59,6 +59,22 @@ def towers(tmp_path: Path, layout: str) -> Path:
     return folder / "towers.yaml"
 
 
+@pytest.mark.parametrize("scheduler", ["local", "tcp://10.0.0.1:8786"])
+def test_each_device_names_the_worker_standing_for_it(tmp_path: Path, scheduler: str) -> None:
+    """``Cluster.standing_for``, which compile's process groups, the plan's loop words and the run's worker
+    restrictions all read: a device of a ``device`` job its own worker; of a ``host`` job the machine's one
+    process (embedded) or its task's (a cluster of one's own); an unknown name itself."""
+    spec = polyfit_in(tmp_path, "host")
+    text = spec.read_text().replace("ps: {tasks: 1, processes: host}", "ps: {tasks: 1, processes: device}")
+    spec.write_text(text.replace("cluster:\n", f"cluster:\n  scheduler: {scheduler}\n", 1))
+    cluster = plan_file(spec).spec.cluster
+    ps = "/job:ps/replica:0/task:0/device:CPU:0"
+    host = "/host:local" if scheduler == "local" else HOST
+    assert cluster.standing_for(ps) == ps
+    assert {cluster.standing_for(f"{HOST}/device:{d}") for d in ("CPU:0", "GPU:0", "GPU:1")} == {host}
+    assert cluster.standing_for("/job:nowhere/replica:0/task:0/device:GPU:9") == "/job:nowhere/replica:0/task:0/device:GPU:9"
+
+
 def test_polyfit_loop_gives_equal_values_and_records_each_op_on_its_device_in_both_layouts(tmp_path: Path) -> None:
     results, recorded = {}, {}
     for layout in ("device", "host"):

@@ -286,11 +286,9 @@ def compile_gang_window(plan: Plan, loop: Loop, start: int, state: LoopState, op
 def _process_groups(plan: Plan, devices: list[str]) -> dict[str, tuple[str, ...]]:
     """The window's devices that share a worker process with another of its devices (``processes: host``):
     each one's devices of that process, in the window's order. Their window is one task (``runtime.groups``)."""
-    cluster = plan.spec.cluster
     by_worker: dict[str, list[str]] = {}
     for d in devices:
-        found = cluster.device(d)
-        by_worker.setdefault(cluster.worker_name(found) if found is not None else d, []).append(d)
+        by_worker.setdefault(plan.spec.cluster.standing_for(d), []).append(d)
     return {d: tuple(together) for together in by_worker.values() if len(together) > 1 for d in together}
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..runtime.backends import DeviceConfig, backend_entry
-from ..devices import DeviceSpec, GpuId
+from ..devices import GpuId
 from ..spec.records import Cluster, Device
 from ..runtime import worker_resources
 from . import processes
@@ -90,12 +90,6 @@ def device_configs(cluster: Cluster, backend: str) -> dict[str, DeviceConfig]:
                                        d.memory_limit if d.is_gpu else None, d.reserve_at_start, d.physical_gpu,
                                        backend_entry(name).path, "" if standing == d.name else standing, ordinal)
     return out
-
-
-def standing(cluster: Cluster, device: DeviceSpec) -> str:
-    """The name of the worker standing for ``device`` (a pinned one): its own, or its machine's (``processes: host``)."""
-    found = cluster.device(device.to_string())
-    return cluster.worker_name(found) if found is not None else device.to_string()
 
 
 def worker_options(cluster: Cluster, device: Device, host: str | None = "127.0.0.1",

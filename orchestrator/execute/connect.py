@@ -25,7 +25,7 @@ from ..errors import NoWorkerError, RunError, UsageError
 from ..plan.records import Plan
 from .records import RunSettings
 from ..runtime import device_resource, task_resource
-from .cluster import EmbeddedCluster, server_env, standing
+from .cluster import EmbeddedCluster, server_env
 from .processes import start_server
 from .security import refused, scheduler_address, security_for
 from .starting import QUIET, Progress
@@ -110,7 +110,7 @@ def wait_for_devices(plan: Plan, settings: RunSettings, client: Any) -> None:
             raise NoWorkerError(_missing_message(plan, settings, missing, waited))
         time.sleep(0.1)
     misnamed = sorted({f"{w.get('name')} at {w.get('address', '?')} offers {d}" for d in pinned
-                       for w in by_resource[device_resource(d)] if str(w.get("name")) != standing(plan.spec.cluster, DeviceSpec.parse(d))})
+                       for w in by_resource[device_resource(d)] if str(w.get("name")) != plan.spec.cluster.standing_for(d)})
     if misnamed:
         raise NoWorkerError("workers must be named by the device they stand for, or by their task where its job "
                             "has processes: host (dask worker --name): "

@@ -45,7 +45,7 @@ from .caching import CacheUse, open_for_run, outermost_loop
 from .checkpointing import writer_for
 from .progress import LoopProgress
 from .live import LiveFeed
-from .cluster import dask_settings, device_configs, scheduler_config, standing
+from .cluster import dask_settings, device_configs, scheduler_config
 from .connect import choose_backend, connect, cuda_counter, embedded, prestart, wait_for_devices
 from .loops import StagedRun
 from .outputs import MetricFiles, OnWorkers, commit_run, flag_writes, refuse_overwrites
@@ -345,7 +345,7 @@ class Runner:
             raise (exc if isinstance(exc, OrchestratorError) else self.translate(exc)) from None
 
     def scatter(self, value: Any, device: DeviceSpec) -> Any:
-        workers = [standing(self.spec.cluster, device)] if device.device_index != "*" else None
+        workers = [self.spec.cluster.standing_for(device.to_string())] if device.device_index != "*" else None
         return self.client.scatter(value, workers=workers, broadcast=False)
 
     def loop_progress(self, loop: str, done: int, steps: int, note: str = "") -> None:

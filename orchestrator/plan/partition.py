@@ -135,8 +135,7 @@ def _gang_why(plan: Plan, loop: Loop) -> str:
     """A gang loop's windows in words: a task per device, or per worker process where devices share one
     (``processes: host``), and how values go between them."""
     devices = {plan.placement(n).device_name for n in loop.body}
-    cluster = plan.spec.cluster
-    processes = {cluster.worker_name(d) for d in map(cluster.device, devices) if d is not None}
+    processes = set(map(plan.spec.cluster.standing_for, devices))
     count = f"{len(devices)} device{'s' if len(devices) != 1 else ''}"
     if len(processes) == len(devices):
         return f"one task per device per window of {loop.window} steps ({count}), values sent worker to worker"

@@ -155,6 +155,12 @@ class Cluster:
             return device.name
         return "/host:local" if self.scheduler == "local" else device.spec.task_spec().to_string()
 
+    def standing_for(self, device: str) -> str:
+        """The name of the Dask worker standing for the device named ``device`` (:meth:`worker_name`); a name
+        this cluster does not know stands for itself."""
+        found = self._by_name.get(device)
+        return self.worker_name(found) if found is not None else device
+
     def workers(self) -> dict[str, tuple[Device, ...]]:
         """Each Dask worker's name and the devices it stands for, in device order."""
         out: dict[str, tuple[Device, ...]] = {}
